@@ -1,0 +1,125 @@
+"""One attention sublayer built from a layer spec: projections, cache, and the head groups."""
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, EncoderDecoderCache
+
+from .attention_registry import AttentionContext, get_attention_family
+from .layout import query_key_slots
+
+
+class HeadGroups(nn.Module):
+    """Runs each head group's family on its slice of the heads and joins the results.
+
+    Shared by every model: it sees per-head queries/keys (one slot per query/key projection the
+    families asked for) and per-head values, so the model decides how to name its projections.
+    """
+
+    def __init__(self, config, layer_spec: dict, site: str, layer_idx: int):
+        super().__init__()
+        self.num_heads = layer_spec["num_heads"]
+        self.head_dim = layer_spec["head_dim"]
+        self.query_key_slots = query_key_slots(layer_spec)
+        self.groups = nn.ModuleList()
+        self.head_ranges, self.slot_ranges = [], []
+        head_start = slot_start = 0
+        for group_spec in layer_spec["groups"]:
+            family = get_attention_family(group_spec["kind"])
+            slots = family.num_query_key_slots(group_spec)
+            self.groups.append(family(group_spec, config, site, layer_idx, self.head_dim))
+            self.head_ranges.append((head_start, head_start + group_spec["num_heads"]))
+            self.slot_ranges.append((slot_start, slot_start + slots))
+            head_start += group_spec["num_heads"]
+            slot_start += slots
+
+    def forward(
+        self,
+        query: torch.Tensor | None,
+        key: torch.Tensor | None,
+        value: torch.Tensor,
+        context: AttentionContext,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query/key: (batch, slots, len, head_dim); value: (batch, heads, k_len, head_dim).
+
+        Returns (batch, heads, q_len, head_dim) and the weights (batch, heads, q_len, k_len) if asked.
+        """
+        outputs, weights = [], []
+        for group, (h0, h1), (s0, s1) in zip(self.groups, self.head_ranges, self.slot_ranges):
+            group_query = query[:, s0:s1] if s1 > s0 else None
+            group_key = key[:, s0:s1] if s1 > s0 else None
+            output, weight = group(group_query, group_key, value[:, h0:h1], context, output_attentions)
+            outputs.append(output)
+            weights.append(weight)
+        output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+        if not output_attentions:
+            return output, None
+        return output, weights[0] if len(weights) == 1 else torch.cat(weights, dim=1)
+
+
+class SimpleAttention(nn.Module):
+    """A Marian-style attention sublayer (q_proj, k_proj, v_proj, out_proj) over any mix of families.
+
+    `q_proj`/`k_proj` exist only when some group scores queries against keys, sized to the
+    query/key slots the groups need; with the `dot` layout the parameters are exactly Marian's.
+    """
+
+    def __init__(self, config, layer_spec: dict, site: str, layer_idx: int):
+        super().__init__()
+        self.site = site
+        self.layer_idx = layer_idx
+        self.is_cross = site == "cross"
+        self.heads = HeadGroups(config, layer_spec, site, layer_idx)
+        self.head_dim = self.heads.head_dim
+        inner_dim = self.heads.num_heads * self.head_dim
+        query_key_dim = self.heads.query_key_slots * self.head_dim
+        if query_key_dim:
+            self.q_proj = nn.Linear(config.d_model, query_key_dim)
+            self.k_proj = nn.Linear(config.d_model, query_key_dim)
+        self.v_proj = nn.Linear(config.d_model, inner_dim)
+        self.out_proj = nn.Linear(inner_dim, config.d_model)
+
+    def split_heads(self, states: torch.Tensor) -> torch.Tensor:
+        """(batch, len, heads * head_dim) -> (batch, heads, len, head_dim)."""
+        return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
+
+    def project_keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        value = self.split_heads(self.v_proj(source))
+        if self.heads.query_key_slots:
+            key = self.split_heads(self.k_proj(source))
+        else:
+            key = value.new_zeros(value.shape[0], 0, value.shape[2], self.head_dim)
+        return key, value
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        context: AttentionContext,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden_states: (batch, q_len, d_model); key_value_states: encoder output for cross attention."""
+        batch_size, query_length, _ = hidden_states.shape
+        query = self.split_heads(self.q_proj(hidden_states)) if self.heads.query_key_slots else None
+
+        if past_key_values is None:
+            key, value = self.project_keys_values(key_value_states if self.is_cross else hidden_states)
+        elif self.is_cross:
+            cross_cache = past_key_values.cross_attention_cache
+            if past_key_values.is_updated.get(self.layer_idx):
+                key, value = cross_cache.layers[self.layer_idx].keys, cross_cache.layers[self.layer_idx].values
+            else:
+                key, value = cross_cache.update(*self.project_keys_values(key_value_states), self.layer_idx)
+                past_key_values.is_updated[self.layer_idx] = True
+        else:
+            self_cache = (
+                past_key_values.self_attention_cache
+                if isinstance(past_key_values, EncoderDecoderCache)
+                else past_key_values
+            )
+            key, value = self_cache.update(*self.project_keys_values(hidden_states), self.layer_idx)
+
+        output, weights = self.heads(query, key, value, context, output_attentions)
+        output = output.transpose(1, 2).reshape(batch_size, query_length, -1)
+        return self.out_proj(output), weights

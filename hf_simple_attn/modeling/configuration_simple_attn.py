@@ -1,0 +1,62 @@
+"""Configurations: Marian's (or BERT's) fields plus the attention layout, validated when built."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import MarianConfig
+
+from .layout import merge_layouts, normalize_layout
+from .presets import get_preset
+
+
+TRANSLATION_PIPELINE = {
+    "translation": {"impl": "pipeline_translation.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"]}
+}
+
+
+@strict
+class SimpleAttnMarianConfig(MarianConfig):
+    r"""Configuration of a Marian-style encoder-decoder whose attention follows `attention_layout`.
+
+    Every `MarianConfig` field is accepted with the same meaning. Added fields:
+
+    attention_layout (`dict`, *optional*):
+        Which attention each site, layer and head uses (see `layout.py`); stored expanded, one
+        explicit spec per layer. Defaults to the preset's layout, or to `base` (all dot product).
+    attention_preset (`str`, *optional*):
+        The named configuration this layout came from (see `presets.py`), for the record.
+    length_ratio (`float`, *optional*, defaults to 1.0):
+        γ, mean source length / mean target length over the training data; centres hard-coded
+        cross attention at floor(γ·i).
+    """
+
+    model_type = "simple_attn_marian"
+
+    attention_layout: dict | None = None
+    attention_preset: str | None = None
+    length_ratio: float | int = 1.0
+
+    def __post_init__(self, **kwargs):
+        if self.attention_layout is None and self.attention_preset is not None:
+            self.attention_layout = get_preset(self.attention_preset, "seq2seq")["layout"]
+        self.attention_layout = normalize_layout(
+            self.attention_layout,
+            stack_layers={"encoder": self.encoder_layers, "decoder": self.decoder_layers},
+            site_heads={
+                "encoder_self": self.encoder_attention_heads,
+                "decoder_self": self.decoder_attention_heads,
+                "cross": self.decoder_attention_heads,
+            },
+            d_model=self.d_model,
+        )
+        if not self.length_ratio > 0:
+            raise ValueError(f"length_ratio: expected a positive number, got {self.length_ratio!r}")
+        kwargs.setdefault("custom_pipelines", TRANSLATION_PIPELINE)
+        super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "SimpleAttnMarianConfig":
+        """The preset's layout at any size: `from_preset("sh-x", d_model=256, encoder_layers=3)`.
+
+        An `attention_layout` override replaces the preset's spec site by site.
+        """
+        layout = merge_layouts(get_preset(name, "seq2seq")["layout"], overrides.pop("attention_layout", None))
+        return cls(attention_layout=layout, attention_preset=name, **overrides)

@@ -1,0 +1,537 @@
+"""Marian-style encoder-decoder whose attention follows the config's attention layout.
+
+With the `base` layout every parameter has the name and shape it has in transformers'
+`MarianMTModel`, so a Marian checkpoint loads and gives the same logits.
+"""
+
+import math
+import os
+import shutil
+
+import torch
+from torch import nn
+from torch.nn import CrossEntropyLoss
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding, shift_tokens_right
+from transformers.utils import can_return_tuple
+
+from .attention import SimpleAttention
+from .attention_registry import AttentionContext, get_attention_family
+from .cache import new_decoder_cache
+from .configuration_simple_attn import SimpleAttnMarianConfig
+
+
+MODELING_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def padding_mask_or_none(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(batch, len) bool mask of real tokens, or None when nothing is padded."""
+    if attention_mask is None or bool(attention_mask.bool().all()):
+        return None
+    return attention_mask.bool()
+
+
+def build_stack_state(config, sites: tuple[str, ...]) -> nn.ModuleDict:
+    """Modules a family shares across the layers of one stack (e.g. RAN's initial matrices)."""
+    state = nn.ModuleDict()
+    for site in sites:
+        layer_specs = config.attention_layout[site]
+        kinds = {g["kind"] for spec in layer_specs if spec is not None for g in spec["groups"]}
+        for kind in sorted(kinds):
+            module = get_attention_family(kind).build_stack_state(config, site, layer_specs)
+            if module is not None:
+                state[f"{site}_{kind}"] = module
+    return state
+
+
+def tie_query_key_projections(layers: nn.ModuleList, layer_specs: list, attribute: str) -> dict[str, str]:
+    """Point tied layers at one set of q_proj/k_proj; returns {tied name: source name} for saving."""
+    tied = {}
+    for index, spec in enumerate(layer_specs):
+        if spec is None or spec["share_query_key_with"] is None:
+            continue
+        source = spec["share_query_key_with"]
+        target_attention, source_attention = getattr(layers[index], attribute), getattr(layers[source], attribute)
+        for name in ("q_proj", "k_proj"):
+            setattr(target_attention, name, getattr(source_attention, name))
+            for parameter in ("weight", "bias"):
+                tied[f"layers.{index}.{attribute}.{name}.{parameter}"] = f"layers.{source}.{attribute}.{name}.{parameter}"
+    return tied
+
+
+class FeedForward(nn.Module):
+    """Marian's position-wise feed-forward block (fc1, activation, fc2)."""
+
+    def __init__(self, config, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+
+
+class SimpleAttnMarianEncoderLayer(GradientCheckpointingLayer):
+    """Post-LN encoder layer; the self-attention or feed-forward sublayer may be absent."""
+
+    def __init__(self, config: SimpleAttnMarianConfig, layer_idx: int):
+        super().__init__()
+        self.dropout = config.dropout
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+        attention_spec = config.attention_layout["encoder_self"][layer_idx]
+        self.self_attn = None
+        if attention_spec is not None:
+            self.self_attn = SimpleAttention(config, attention_spec, "encoder_self", layer_idx)
+            self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
+        self.has_ffn = config.attention_layout["encoder_ffn"][layer_idx]
+        if self.has_ffn:
+            self.fc1 = nn.Linear(config.d_model, config.encoder_ffn_dim)
+            self.fc2 = nn.Linear(config.encoder_ffn_dim, config.d_model)
+            self.final_layer_norm = nn.LayerNorm(config.d_model)
+
+    def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        hidden_states = self.fc2(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        return self.final_layer_norm(residual + hidden_states)
+
+    def forward(
+        self, hidden_states: torch.Tensor, context: AttentionContext, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        weights = None
+        if self.self_attn is not None:
+            residual = hidden_states
+            hidden_states, weights = self.self_attn(hidden_states, context, output_attentions=output_attentions)
+            hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+            hidden_states = self.self_attn_layer_norm(residual + hidden_states)
+        if self.has_ffn:
+            hidden_states = self.feed_forward(hidden_states)
+        return hidden_states, weights
+
+
+class SimpleAttnMarianDecoderLayer(SimpleAttnMarianEncoderLayer):
+    """Post-LN decoder layer: causal self-attention, cross attention, feed-forward; any may be absent."""
+
+    def __init__(self, config: SimpleAttnMarianConfig, layer_idx: int):
+        nn.Module.__init__(self)
+        self.layer_idx = layer_idx
+        self.dropout = config.dropout
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+        self_spec = config.attention_layout["decoder_self"][layer_idx]
+        cross_spec = config.attention_layout["cross"][layer_idx]
+        self.self_attn = self.encoder_attn = None
+        if self_spec is not None:
+            self.self_attn = SimpleAttention(config, self_spec, "decoder_self", layer_idx)
+            self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
+        if cross_spec is not None:
+            self.encoder_attn = SimpleAttention(config, cross_spec, "cross", layer_idx)
+            self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model)
+        self.has_ffn = config.attention_layout["decoder_ffn"][layer_idx]
+        if self.has_ffn:
+            self.fc1 = nn.Linear(config.d_model, config.decoder_ffn_dim)
+            self.fc2 = nn.Linear(config.decoder_ffn_dim, config.d_model)
+            self.final_layer_norm = nn.LayerNorm(config.d_model)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        self_context: AttentionContext,
+        encoder_hidden_states: torch.Tensor,
+        cross_context: AttentionContext,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        self_weights = cross_weights = None
+        if self.self_attn is not None:
+            residual = hidden_states
+            hidden_states, self_weights = self.self_attn(
+                hidden_states, self_context, past_key_values=past_key_values, output_attentions=output_attentions
+            )
+            hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+            hidden_states = self.self_attn_layer_norm(residual + hidden_states)
+        elif past_key_values is not None:
+            # No self-attention here: cache empty states so the cache still counts the positions.
+            empty = hidden_states.new_zeros(hidden_states.shape[0], 0, hidden_states.shape[1], 0)
+            past_key_values.self_attention_cache.update(empty, empty, self.layer_idx)
+        if self.encoder_attn is not None:
+            residual = hidden_states
+            hidden_states, cross_weights = self.encoder_attn(
+                hidden_states,
+                cross_context,
+                key_value_states=encoder_hidden_states,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            )
+            hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+            hidden_states = self.encoder_attn_layer_norm(residual + hidden_states)
+        if self.has_ffn:
+            hidden_states = self.feed_forward(hidden_states)
+        return hidden_states, self_weights, cross_weights
+
+
+class SimpleAttnPreTrainedModel(PreTrainedModel):
+    """Weight initialisation, and `save_pretrained` that ships the whole modeling folder."""
+
+    config_class = SimpleAttnMarianConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, MarianSinusoidalPositionalEmbedding):
+            init.copy_(module.weight, module.create_weight())
+        elif isinstance(module, SimpleAttnMarianMTModel):
+            init.zeros_(module.final_logits_bias)
+        if hasattr(module, "init_attention_weights"):
+            module.init_attention_weights()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also copy every module of the modeling folder (the translation pipeline among them)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self._auto_class is not None:
+            for name in sorted(os.listdir(MODELING_DIR)):
+                if name.endswith(".py") and name != "__init__.py":
+                    shutil.copyfile(os.path.join(MODELING_DIR, name), os.path.join(save_directory, name))
+
+
+class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
+    def __init__(self, config: SimpleAttnMarianConfig):
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = MarianSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+        self.layers = nn.ModuleList(
+            [SimpleAttnMarianEncoderLayer(config, index) for index in range(config.encoder_layers)]
+        )
+        self.attention_state = build_stack_state(config, ("encoder_self",))
+        self.tied_query_key = tie_query_key_projections(
+            self.layers, config.attention_layout["encoder_self"], "self_attn"
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        hidden_states = inputs_embeds + self.embed_positions(inputs_embeds.shape[:-1])
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+        context = AttentionContext(
+            key_padding_mask=padding_mask_or_none(attention_mask),
+            query_positions=torch.arange(hidden_states.shape[1], device=hidden_states.device),
+            is_causal=False,
+            stack_state=self.attention_state,
+        )
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, weights = layer(hidden_states, context, output_attentions)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
+        return BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
+
+
+class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
+    def __init__(self, config: SimpleAttnMarianConfig):
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = MarianSinusoidalPositionalEmbedding(config.max_position_embeddings, config.d_model)
+        self.layers = nn.ModuleList(
+            [SimpleAttnMarianDecoderLayer(config, index) for index in range(config.decoder_layers)]
+        )
+        self.attention_state = build_stack_state(config, ("decoder_self", "cross"))
+        self.tied_query_key = {
+            **tie_query_key_projections(self.layers, config.attention_layout["decoder_self"], "self_attn"),
+            **tie_query_key_projections(self.layers, config.attention_layout["cross"], "encoder_attn"),
+        }
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of decoder_input_ids or decoder_inputs_embeds")
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = new_decoder_cache(self.config)
+        if not use_cache:
+            past_key_values = None
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds * self.embed_scale
+
+        batch_size, query_length = inputs_embeds.shape[:2]
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        query_positions = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)
+        hidden_states = inputs_embeds + self.embed_positions(inputs_embeds.shape[:-1], position_ids=query_positions)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+        self_context = AttentionContext(
+            key_padding_mask=padding_mask_or_none(attention_mask),
+            query_positions=query_positions,
+            is_causal=True,
+            stack_state=self.attention_state,
+        )
+        cross_context = AttentionContext(
+            key_padding_mask=padding_mask_or_none(encoder_attention_mask),
+            query_positions=query_positions,
+            is_causal=False,
+            stack_state=self.attention_state,
+        )
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_self_attentions = () if output_attentions else None
+        all_cross_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states, self_context, encoder_hidden_states, cross_context, past_key_values, output_attentions
+            )
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_self_attentions += (self_weights,)
+                all_cross_attentions += (cross_weights,)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values,
+            hidden_states=all_hidden_states,
+            attentions=all_self_attentions,
+            cross_attentions=all_cross_attentions,
+        )
+
+
+def prefixed(tied: dict[str, str], prefix: str) -> dict[str, str]:
+    return {f"{prefix}{target}": f"{prefix}{source}" for target, source in tied.items()}
+
+
+class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
+    """The bare encoder-decoder, returning the decoder's last hidden states."""
+
+    _keys_to_ignore_on_load_missing = ["encoder.embed_positions.weight", "decoder.embed_positions.weight"]
+
+    def __init__(self, config: SimpleAttnMarianConfig):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.encoder = SimpleAttnMarianEncoder(config)
+        self.decoder = SimpleAttnMarianDecoder(config)
+        tied = {
+            **prefixed(self.encoder.tied_query_key, "encoder."),
+            **prefixed(self.decoder.tied_query_key, "decoder."),
+        }
+        if config.share_encoder_decoder_embeddings:
+            tied.update({"decoder.embed_tokens.weight": "shared.weight", "encoder.embed_tokens.weight": "shared.weight"})
+        self._tied_weights_keys = tied or None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value):
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
+    """The encoder-decoder with Marian's language-modelling head; translates with `generate`."""
+
+    _keys_to_ignore_on_load_missing = [
+        "final_logits_bias",
+        "model.encoder.embed_positions.weight",
+        "model.decoder.embed_positions.weight",
+    ]
+    _keys_to_ignore_on_save = ["model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"]
+
+    def __init__(self, config: SimpleAttnMarianConfig):
+        super().__init__(config)
+        self.model = SimpleAttnMarianModel(config)
+        target_vocab_size = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
+        self.final_logits_bias = nn.Buffer(torch.zeros((1, target_vocab_size)))
+        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+        tied = prefixed(self.model._tied_weights_keys or {}, "model.")
+        tied["lm_head.weight"] = (
+            "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
+        )
+        self._tied_weights_keys = tied
+        self.post_init()
+
+    def get_encoder(self):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = shift_tokens_right(
+                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
+                )
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(logits.view(-1, logits.shape[-1]), labels.view(-1))
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor):
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        """Give `generate` our cache (value-only heads, absent sublayers) unless the user brought one."""
+        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
+            if generation_config.cache_implementation in (None, "dynamic"):
+                model_kwargs["past_key_values"] = new_decoder_cache(self.config)
+                return
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+
+
+__all__ = [
+    "SimpleAttnPreTrainedModel",
+    "SimpleAttnMarianModel",
+    "SimpleAttnMarianMTModel",
+    "SimpleAttnMarianEncoder",
+    "SimpleAttnMarianDecoder",
+]
