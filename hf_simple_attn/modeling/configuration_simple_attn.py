@@ -1,5 +1,7 @@
 """Configurations: Marian's (or BERT's) fields plus the attention layout, validated when built."""
 
+import copy
+
 from huggingface_hub.dataclasses import strict
 from transformers import MarianConfig
 
@@ -49,8 +51,16 @@ class SimpleAttnMarianConfig(MarianConfig):
         )
         if not self.length_ratio > 0:
             raise ValueError(f"length_ratio: expected a positive number, got {self.length_ratio!r}")
-        kwargs.setdefault("custom_pipelines", TRANSLATION_PIPELINE)
+        kwargs.setdefault("custom_pipelines", copy.deepcopy(TRANSLATION_PIPELINE))
         super().__post_init__(**kwargs)
+
+    def to_dict(self) -> dict:
+        output = super().to_dict()
+        # transformers' pipeline() replaces the class names under custom_pipelines by the classes, in
+        # place; write names back so a config that went through a pipeline still saves.
+        for task in output.get("custom_pipelines", {}).values():
+            task["pt"] = [cls if isinstance(cls, str) else cls.__name__ for cls in task.get("pt", ())]
+        return output
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "SimpleAttnMarianConfig":

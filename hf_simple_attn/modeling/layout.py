@@ -24,7 +24,10 @@ The expanded layer spec is `None` (no sublayer) or
 
 import re
 
-from . import attention_dot, attention_hard_coded  # noqa: F401  (registers the families)
+# Importing a family module registers it; `from .module import Name` is the form that
+# save_pretrained follows when it copies the code for trust_remote_code.
+from .attention_dot import DotProductHeads  # noqa: F401
+from .attention_hard_coded import HardCodedGaussianHeads  # noqa: F401
 from .attention_registry import ATTENTION_FAMILIES, SITES, LayoutError, get_attention_family
 
 
@@ -127,12 +130,13 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
             raise LayoutError(f"{field}: a layer spec needs 'kind' or 'groups'; valid kinds: {sorted(ATTENTION_FAMILIES)} or 'none'")
         groups = [{k: v for k, v in spec.items() if k not in ("head_dim", "share_query_key_with")}]
         layer_heads = None
-    for index, group in enumerate(groups):
+    group_fields = [f"{field}.groups[{i}]" for i in range(len(groups))] if "groups" in spec else [field]
+    for group, group_field in zip(groups, group_fields):
         if not isinstance(group, dict):
-            raise LayoutError(f"{field}.groups[{index}]: expected a mapping with 'kind', got {group!r}")
+            raise LayoutError(f"{group_field}: expected a mapping with 'kind', got {group!r}")
         heads = group.get("num_heads")
         if heads is not None and (isinstance(heads, bool) or not isinstance(heads, int) or heads < 1):
-            raise LayoutError(f"{field}.groups[{index}].num_heads: expected a positive integer, got {heads!r}")
+            raise LayoutError(f"{group_field}.num_heads: expected a positive integer, got {heads!r}")
     if layer_heads is not None and (isinstance(layer_heads, bool) or not isinstance(layer_heads, int) or layer_heads < 1):
         raise LayoutError(f"{field}.num_heads: expected a positive integer, got {layer_heads!r}")
 
@@ -163,7 +167,7 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
     elif isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
         raise LayoutError(f"{field}.head_dim: expected a positive integer, got {head_dim!r}")
 
-    groups = [normalize_group(g, site, f"{field}.groups[{i}]") for i, g in enumerate(groups)]
+    groups = [normalize_group(g, site, group_field) for g, group_field in zip(groups, group_fields)]
     return {
         "num_heads": layer_heads,
         "head_dim": head_dim,

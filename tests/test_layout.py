@@ -1,0 +1,135 @@
+"""Attention layouts: validation at config time, expansion, presets by name."""
+
+import json
+
+import pytest
+
+import hf_simple_attn
+from hf_simple_attn import LayoutError, SimpleAttnMarianConfig
+from hf_simple_attn.modeling.layout import select_layers
+
+
+def make(tiny_marian_kwargs, layout):
+    return SimpleAttnMarianConfig(attention_layout=layout, **tiny_marian_kwargs)
+
+
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        ({"encoder_self": "gaussian_blur"}, r"attention_layout\.encoder_self\[0\]\.kind: unknown attention kind 'gaussian_blur'; valid kinds: \["),
+        ({"encoder_self": {"kind": "dot", "num_heads": 3}}, r"encoder_self\[0\]\.num_heads: d_model 32 is not divisible by 3 heads"),
+        ({"encoder_self": {"groups": [{"kind": "dot", "num_heads": 3}, {"kind": "hard_coded", "num_heads": 3}], "num_heads": 4}},
+         r"the head groups add up to 6 heads but the layer has 4"),
+        ({"encoder_self": {"kind": "dot", "num_heads": 0}}, r"encoder_self\[0\]\.num_heads: expected a positive integer"),
+        ({"decoder_self": ["dot", "dot"]}, r"attention_layout\.decoder_self: a per-layer list needs exactly 3 entries, got 2"),
+        ({"decoder_self": {"kind": "hard_coded", "offsets": [-1, 1]}}, r"decoder_self\[0\]\.offsets: decoder self-attention offsets must be <= 0"),
+        ({"encoder_self": {"kind": "hard_coded", "offsets": [0.5]}}, r"encoder_self\[0\]\.offsets: expected a non-empty list of integers"),
+        ({"encoder_self": {"kind": "hard_coded", "window": 2}}, r"\.window: expected null or an odd positive integer"),
+        ({"encoder_self": {"kind": "hard_coded", "centre": "continuous"}}, r"\.centre: only cross attention"),
+        ({"cross": {"kind": "hard_coded", "centre": "middle"}}, r"\.centre: expected one of \['floor', 'continuous'\]"),
+        ({"encoder_self": {"kind": "hard_coded", "sigmaa": 1}}, r"unknown option\(s\) \['sigmaa'\] for kind 'hard_coded'; valid options: \["),
+        ({"encoder_self": {"kind": "dot", "offsets": [1]}}, r"unknown option\(s\) \['offsets'\] for kind 'dot'; valid options: \[\]"),
+        ({"cross": {"default": "dot", "layers": {"penultimate": "none"}}}, r"cross\.layers: unknown layer selector 'penultimate'; valid: \["),
+        ({"cross": {"default": "dot", "layers": {"5": "none"}}}, r"layer index 5 is out of range for 3 layers"),
+        ({"encoder_ffn": [True]}, r"attention_layout\.encoder_ffn: a per-layer list needs exactly 2 entries"),
+        ({"encoder_ffn": "yes"}, r"attention_layout\.encoder_ffn: expected a layer spec"),
+        ({"decoder": "dot"}, r"attention_layout: unknown key\(s\) \['decoder'\]; valid keys: \['encoder_self', 'decoder_self', 'cross', 'encoder_ffn', 'decoder_ffn'\]"),
+        ({"encoder_self": {"default": "dot", "layers": {"all": "dot"}, "tie_query_key": "all", "share": 1}}, r"unknown key\(s\) \['share'\]"),
+        ({"encoder_self": {"default": "hard_coded", "layers": {}, "tie_query_key": "all"}}, r"need the same number of query/key heads \(>0\)"),
+        ({"encoder_self": [{"kind": "dot"}, {"kind": "dot", "num_heads": 2, "share_query_key_with": 0}]},
+         r"encoder_self\[1\]\.share_query_key_with: layers 0 and 1 need the same number"),
+        ({"encoder_self": [{"kind": "dot"}, {"kind": "dot", "share_query_key_with": 1}]}, r"expected the index of an earlier layer \(0\.\.0\), got 1"),
+    ],
+)
+def test_bad_layouts_fail_at_config_time_naming_the_field(tiny_marian_kwargs, layout, message):
+    with pytest.raises(LayoutError, match=message):
+        make(tiny_marian_kwargs, layout)
+
+
+def test_bad_preset_name_lists_the_valid_ones(tiny_marian_kwargs):
+    with pytest.raises(ValueError, match=r"unknown seq2seq preset 'hc-sb'; valid presets: \['base', 'hc-sa'"):
+        SimpleAttnMarianConfig.from_preset("hc-sb", **tiny_marian_kwargs)
+
+
+def test_layout_expands_to_explicit_per_layer_specs(tiny_marian_kwargs):
+    config = make(
+        tiny_marian_kwargs,
+        {
+            "encoder_self": {"groups": [{"kind": "dot", "num_heads": 1}, {"kind": "hard_coded", "offsets": [-1, 1]}]},
+            "cross": {"default": "none", "layers": {"last": {"kind": "dot", "num_heads": 1}}},
+            "decoder_ffn": {"default": True, "layers": {"0": False}},
+        },
+    )
+    layout = config.attention_layout
+    assert layout["encoder_self"][0] == {
+        "num_heads": 4,
+        "head_dim": 8,
+        "groups": [
+            {"kind": "dot", "num_heads": 1},
+            {"kind": "hard_coded", "num_heads": 3, "offsets": [-1, 1, -1], "sigma": 1.0, "window": None,
+             "indexing": False, "centre": "floor"},
+        ],
+        "share_query_key_with": None,
+    }
+    assert layout["cross"] == [None, None, {"num_heads": 1, "head_dim": 32, "groups": [{"kind": "dot", "num_heads": 1}],
+                                            "share_query_key_with": None}]
+    assert layout["decoder_self"][2]["groups"] == [{"kind": "dot", "num_heads": 4}]
+    assert layout["decoder_ffn"] == [False, True, True]
+    assert layout["encoder_ffn"] == [True, True]
+
+
+def test_expanded_layout_survives_json_round_trip(tiny_marian_kwargs):
+    config = SimpleAttnMarianConfig.from_preset("sh-x", **tiny_marian_kwargs)
+    reloaded = SimpleAttnMarianConfig.from_dict(json.loads(config.to_json_string()))
+    assert reloaded.attention_layout == config.attention_layout
+    assert reloaded.attention_preset == "sh-x"
+
+
+@pytest.mark.parametrize(
+    "selector, layers, expected",
+    [
+        ("first_half", 6, [0, 1, 2]), ("last_half", 6, [3, 4, 5]), ("bottom_third", 6, [0, 1]),
+        ("middle_third", 6, [2, 3]), ("top_third", 6, [4, 5]), ("last", 6, [5]), ("last_4", 6, [2, 3, 4, 5]),
+        ("last_4", 2, [0, 1]), ("all_but_last", 12, list(range(11))), ("all_but_last_2", 12, list(range(10))),
+        ("first_half", 1, [0]), ("top_third", 4, [3]), ("0,-1", 6, [0, 5]), (2, 6, [2]),
+    ],
+)
+def test_selectors_scale_with_depth(selector, layers, expected):
+    assert select_layers(selector, layers, "field") == expected
+
+
+def test_presets_are_listed_and_scale_to_any_size(tiny_marian_kwargs):
+    names = hf_simple_attn.list_presets("seq2seq")
+    for name in ["base", "hc-sa", "hc-all", "sh-x", "sh-x-spread", "base-no-sa", "sh-x-no-sa", "base-no-ff",
+                 "hc-sa-no-ff", "hc-sa-conv", "hc-sa-index"]:
+        assert name in names
+    with pytest.raises(ValueError, match=r"model_kind: expected one of \['encoder', 'seq2seq'\]"):
+        hf_simple_attn.list_presets("decoder")
+    wide = SimpleAttnMarianConfig.from_preset("hc-all", **{**tiny_marian_kwargs, "decoder_attention_heads": 8})
+    assert wide.attention_layout["cross"][0]["groups"][0]["offsets"] == [-1, 0, 1, -1, 0, 1, -1, 0]
+
+
+def test_paper_sizes_give_the_papers_configurations():
+    sh_x = SimpleAttnMarianConfig.from_preset("sh-x", encoder_layers=6, decoder_layers=6, d_model=512,
+                                               encoder_attention_heads=8, decoder_attention_heads=8)
+    layout = sh_x.attention_layout
+    assert layout["cross"][:5] == [None] * 5
+    assert layout["cross"][5] == {"num_heads": 1, "head_dim": 512, "groups": [{"kind": "dot", "num_heads": 1}],
+                                  "share_query_key_with": None}
+    assert all(spec["groups"][0]["offsets"] == [-1, 1] * 4 for spec in layout["encoder_self"])
+    assert all(spec["groups"][0]["offsets"] == [-1, 0] * 4 for spec in layout["decoder_self"])
+    spread = SimpleAttnMarianConfig.from_preset("sh-x-spread", decoder_layers=6, d_model=512,
+                                                encoder_attention_heads=8, decoder_attention_heads=8)
+    assert [spec is not None for spec in spread.attention_layout["cross"]] == [False, False, True, True, True, True]
+    conv = SimpleAttnMarianConfig.from_preset("hc-sa-conv").attention_layout
+    assert conv["encoder_self"][0]["groups"][0]["window"] == 3
+
+
+def test_preset_override_replaces_one_site(tiny_marian_kwargs):
+    config = SimpleAttnMarianConfig.from_preset(
+        "sh-x-spread",
+        attention_layout={"cross": {"default": "none", "layers": {"last_2": {"kind": "dot", "num_heads": 1}}}},
+        **tiny_marian_kwargs,
+    )
+    assert [spec is not None for spec in config.attention_layout["cross"]] == [False, True, True]
+    assert config.attention_layout["encoder_self"][0]["groups"][0]["kind"] == "hard_coded"
