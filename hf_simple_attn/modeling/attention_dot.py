@@ -26,13 +26,14 @@ class DotProductHeads(AttentionHeads):
     uses_query_key = True
 
     def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
-        allowed = context.allowed_keys(key.shape[-2])
         dropout = self.config.attention_dropout if self.training else 0.0
         if not output_attentions:
-            output = nn.functional.scaled_dot_product_attention(
-                query, key, value, attn_mask=additive_mask(allowed, query.dtype), dropout_p=dropout
-            )
+            # Without padding, a non-causal query, or the single (last) query of a causal decoding
+            # step, sees every key: SDPA then runs without a mask.
+            sees_every_key = context.key_padding_mask is None and (not context.is_causal or query.shape[-2] == 1)
+            mask = None if sees_every_key else additive_mask(context.allowed_keys(key.shape[-2]), query.dtype)
+            output = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
             return output, None
-        weights = torch.softmax(dot_product_scores(query, key, allowed), dim=-1)
+        weights = torch.softmax(dot_product_scores(query, key, context.allowed_keys(key.shape[-2])), dim=-1)
         weights = nn.functional.dropout(weights, p=dropout, training=self.training)
         return torch.matmul(weights, value), weights
