@@ -1,5 +1,7 @@
 """One attention sublayer built from a layer spec: projections, cache, and the head groups."""
 
+import dataclasses
+
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
@@ -26,7 +28,9 @@ class HeadGroups(nn.Module):
         for group_spec in layer_spec["groups"]:
             family = get_attention_family(group_spec["kind"])
             slots = family.num_query_key_slots(group_spec)
-            self.groups.append(family(group_spec, config, site, layer_idx, self.head_dim))
+            group = family(group_spec, config, site, layer_idx, self.head_dim)
+            group.state_name = f"group{len(self.groups)}"
+            self.groups.append(group)
             self.head_ranges.append((head_start, head_start + group_spec["num_heads"]))
             self.slot_ranges.append((slot_start, slot_start + slots))
             head_start += group_spec["num_heads"]
@@ -112,6 +116,7 @@ class SimpleAttention(nn.Module):
             else:
                 key, value = cross_cache.update(*self.project_keys_values(key_value_states), self.layer_idx)
                 past_key_values.is_updated[self.layer_idx] = True
+            context = dataclasses.replace(context, decoding_state=cross_cache.layers[self.layer_idx].states)
         else:
             self_cache = (
                 past_key_values.self_attention_cache
@@ -119,6 +124,7 @@ class SimpleAttention(nn.Module):
                 else past_key_values
             )
             key, value = self_cache.update(*self.project_keys_values(hidden_states), self.layer_idx)
+            context = dataclasses.replace(context, decoding_state=self_cache.layers[self.layer_idx].states)
 
         output, weights = self.heads(query, key, value, context, output_attentions)
         output = output.transpose(1, 2).reshape(batch_size, query_length, -1)

@@ -48,12 +48,16 @@ class AttentionContext:
     query_positions: (query_len,) long, absolute positions of the queries (cache offset included).
     is_causal: whether a query may only see keys at positions <= its own.
     stack_state: modules shared by all layers of one stack, by family (see `build_stack_state`).
+    decoding_state: while decoding with a cache, this sublayer's dict of batch-first tensors kept
+        from one step to the next (beam search reorders them); None without a cache. A group
+        stores under its own `state_name`.
     """
 
     key_padding_mask: torch.Tensor | None
     query_positions: torch.Tensor
     is_causal: bool
     stack_state: dict | None = None
+    decoding_state: dict | None = None
 
     def allowed_keys(self, key_length: int) -> torch.Tensor:
         """Bool mask (batch or 1, 1, query_len, key_len): which keys each query may attend to."""
@@ -78,6 +82,7 @@ class AttentionHeads(nn.Module):
     """
 
     kind: str = ""
+    state_name: str = ""  # key of this group's entries in `AttentionContext.decoding_state`
     sites: tuple[str, ...] = SITES
     uses_query_key: bool = False
     option_names: tuple[str, ...] = ()
@@ -110,6 +115,10 @@ class AttentionHeads(nn.Module):
     def num_query_key_slots(cls, spec: dict) -> int:
         """How many per-head query/key projections this group needs from the sublayer."""
         return spec["num_heads"] if cls.uses_query_key else 0
+
+    @classmethod
+    def validate_site(cls, layer_specs: list, site: str) -> None:
+        """Check rules that span the layers of a site (called at config time with the expanded specs)."""
 
     @classmethod
     def build_stack_state(cls, config, site: str, layer_specs: list) -> nn.Module | None:

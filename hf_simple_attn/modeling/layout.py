@@ -9,8 +9,8 @@ spec per layer, which is what `config.json` stores. Compact forms, per site
   `{"groups": [{"kind": "dot", "num_heads": 2}, {"kind": "hard_coded"}]}` (a group without
   `num_heads` takes the remaining heads);
 - a list with one layer spec per layer;
-- `{"default": <layer spec>, "layers": {<selector>: <layer spec>, ...}, "tie_query_key": <selector>}`,
-  where a selector scales with depth: `all`, `first`, `last`, `first_<k>`, `last_<k>`,
+- `{"default": <layer spec>, "layers": {<selector>: <layer spec>, ...}, "tie_query_key": <selector>}`
+  (each key optional; `default` is `"dot"` unless given), where a selector scales with depth: `all`, `first`, `last`, `first_<k>`, `last_<k>`,
   `all_but_last`, `all_but_last_<k>`, `first_half`, `last_half`, `bottom_third`,
   `middle_third`, `top_third`, or layer indices such as `"0,2"` / `"-1"`. `tie_query_key` makes
   the selected layers share one set of query/key projections.
@@ -27,7 +27,11 @@ import re
 # Importing a family module registers it; `from .module import Name` is the form that
 # save_pretrained follows when it copies the code for trust_remote_code.
 from .attention_dot import DotProductHeads  # noqa: F401
+from .attention_gaussian_mixture import GaussianMixtureHeads  # noqa: F401
 from .attention_hard_coded import HardCodedGaussianHeads  # noqa: F401
+from .attention_hard_retrieval import HardRetrievalHeads  # noqa: F401
+from .attention_local import LocalMaskHeads  # noqa: F401
+from .attention_recurrent import RecurrentHeads  # noqa: F401
 from .attention_registry import ATTENTION_FAMILIES, SITES, LayoutError, get_attention_family
 
 
@@ -79,20 +83,24 @@ def select_layers(selector, num_layers: int, field: str) -> list[int]:
     raise LayoutError(f"{field}: unknown layer selector {selector!r}; valid: {list(NAMED_SELECTORS)}")
 
 
-def expand_per_layer(value, num_layers: int, field: str, is_leaf) -> list:
-    """Expand a site value (one leaf, a list of leaves, or a default/layers dict) to one leaf per layer."""
+def expand_per_layer(value, num_layers: int, field: str, is_leaf, default) -> list:
+    """Expand a site value (one leaf, a list of leaves, or a default/layers dict) to one leaf per layer.
+
+    `default` fills the layers a default/layers dict leaves unset when it has no `default`.
+    """
     if isinstance(value, list):
         if len(value) != num_layers:
             raise LayoutError(f"{field}: a per-layer list needs exactly {num_layers} entries, got {len(value)}")
         return list(value)
-    if isinstance(value, dict) and "layers" in value:
+    if isinstance(value, dict) and {"default", "layers", "tie_query_key"} & set(value):
         unknown = sorted(set(value) - {"default", "layers", "tie_query_key"})
         if unknown:
             raise LayoutError(f"{field}: unknown key(s) {unknown}; valid keys: ['default', 'layers', 'tie_query_key']")
-        if not isinstance(value["layers"], dict):
-            raise LayoutError(f"{field}.layers: expected a mapping from layer selector to spec, got {value['layers']!r}")
-        per_layer = [value.get("default")] * num_layers
-        for selector, leaf in value["layers"].items():
+        selected = value.get("layers", {})
+        if not isinstance(selected, dict):
+            raise LayoutError(f"{field}.layers: expected a mapping from layer selector to spec, got {selected!r}")
+        per_layer = [value.get("default", default)] * num_layers
+        for selector, leaf in selected.items():
             for index in select_layers(selector, num_layers, f"{field}.layers"):
                 per_layer[index] = leaf
         return per_layer
@@ -209,7 +217,7 @@ def apply_query_key_ties(site_value, layers: list, field: str) -> None:
 
 
 def normalize_ffn(value, num_layers: int, field: str) -> list[bool]:
-    flags = expand_per_layer(True if value is None else value, num_layers, field, lambda v: isinstance(v, bool))
+    flags = expand_per_layer(True if value is None else value, num_layers, field, lambda v: isinstance(v, bool), True)
     for index, flag in enumerate(flags):
         if not isinstance(flag, bool):
             raise LayoutError(f"{field}[{index}]: expected true or false, got {flag!r}")
@@ -241,13 +249,15 @@ def normalize_layout(
         field = f"attention_layout.{site}"
         site_value = layout.get(site, "dot")
         per_layer = expand_per_layer(
-            site_value, num_layers, field, lambda v: v is None or isinstance(v, (str, dict))
+            site_value, num_layers, field, lambda v: v is None or isinstance(v, (str, dict)), "dot"
         )
         layers = [
             normalize_layer_spec(spec, site, site_heads[site], d_model, f"{field}[{index}]")
             for index, spec in enumerate(per_layer)
         ]
         apply_query_key_ties(site_value, layers, field)
+        for kind in sorted({group["kind"] for layer in layers if layer is not None for group in layer["groups"]}):
+            get_attention_family(kind).validate_site(layers, site)
         normalized[site] = layers
     for stack, num_layers in stack_layers.items():
         normalized[f"{stack}_ffn"] = normalize_ffn(layout.get(f"{stack}_ffn"), num_layers, f"attention_layout.{stack}_ffn")

@@ -503,7 +503,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias
         loss = None
         if labels is not None:
-            loss = CrossEntropyLoss()(logits.view(-1, logits.shape[-1]), labels.view(-1))
+            loss = CrossEntropyLoss()(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -1,0 +1,170 @@
+"""Local attention: fixed masks on dot-product heads (Pande et al. 2020, On the Importance of Local
+Information in Transformer Based Models).
+
+Each head h multiplies a fixed binary mask onto its softmax output (the paper's Eq. 9):
+
+    α̃_h = mask_h ⊙ softmax(Q_h K_hᵀ/√d + padding/causal mask)
+
+not renormalised, so a head keeps the probabilities computed over all tokens at its allowed
+positions only. Masks, with i the query and j the key position: `prev-k` (j = i - k), `next-k`
+(j = i + k), `band-k` (|i - j| <= k), `identity` (j = i) and `global` (no mask: a standard head).
+(The paper's sentence "1 if j - i = k" for prev-k contradicts its name; SPEC.md's reading is used.)
+
+Heads may share one query/key projection set ("sharing the same α_h is equivalent to sharing
+W_q, W_k"): heads that share a set share the softmax and differ only by their masks, while
+values and the output projection stay per head and per layer. Sharing across layers is the
+site-level `tie_query_key` of the layout.
+
+Options:
+- `masks`: one mask name or a list, cycled over the group's heads (default: the paper's "all 7
+  masks", identity used twice).
+- `query_key_sets`: number of W_q/W_k sets; the heads are split into that many contiguous groups
+  of equal size (default: one set per head, no sharing). `heads_per_query_key_set` gives the
+  group size instead (2 = the paper's configuration g, pairs of heads). The normalized spec
+  stores `query_key_sets` only.
+- `renormalize`: mask before the softmax (softmax over the allowed positions only; a row without
+  any allowed key gets zero weights) instead of Eq. 9.
+
+In decoder self-attention the masks combine with causality: `next-k` heads see no key at all and
+their weights (and outputs) are zero; `band-k` heads keep their past half.
+"""
+
+import re
+
+import torch
+from torch import nn
+
+from .attention_dot import additive_mask
+from .attention_registry import AttentionContext, AttentionHeads, LayoutError, register_attention
+
+
+# The paper's "all 7 masks, identity used twice" for 8 heads, ordered so that fewer heads (a prefix)
+# still mix previous, next and band masks.
+ALL_SEVEN_MASKS = ["identity", "prev-1", "next-1", "band-1", "prev-2", "next-2", "band-2", "identity"]
+MASK_PATTERN = re.compile(r"(prev|next|band)-(\d+)|identity|global")
+VALID_MASKS = "'prev-<k>', 'next-<k>', 'band-<k>' (k an integer >= 1), 'identity', 'global'"
+
+
+def parse_mask(name: str) -> tuple[str, int]:
+    """'band-2' -> ('band', 2); 'identity' -> ('identity', 0); 'global' -> ('global', 0)."""
+    match = MASK_PATTERN.fullmatch(name)
+    if match.group(1) is None:
+        return name, 0
+    return match.group(1), int(match.group(2))
+
+
+def normalize_mask(name, field: str) -> str:
+    match = MASK_PATTERN.fullmatch(name) if isinstance(name, str) else None
+    if match is None:
+        raise LayoutError(f"{field}: unknown mask {name!r}; valid masks: {VALID_MASKS}")
+    if match.group(1) is None:
+        return name
+    distance = int(match.group(2))
+    if distance < 1:
+        raise LayoutError(f"{field}: the distance k of {name!r} must be an integer >= 1; valid masks: {VALID_MASKS}")
+    return f"{match.group(1)}-{distance}"
+
+
+def local_masks(mask_names: list[str], query_positions: torch.Tensor, key_length: int) -> torch.Tensor:
+    """Per-head binary masks (heads, q_len, k_len), True where head h lets query i see key j."""
+    key_positions = torch.arange(key_length, device=query_positions.device)
+    offset = key_positions[None, :] - query_positions[:, None]  # (q_len, k_len): j - i
+    masks = []
+    for name in mask_names:
+        kind, distance = parse_mask(name)
+        if kind == "global":
+            masks.append(torch.ones_like(offset, dtype=torch.bool))
+        elif kind == "identity":
+            masks.append(offset == 0)
+        elif kind == "prev":
+            masks.append(offset == -distance)
+        elif kind == "next":
+            masks.append(offset == distance)
+        else:
+            masks.append(offset.abs() <= distance)
+    return torch.stack(masks)
+
+
+def positive_int(value, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LayoutError(f"{field}: expected a positive integer, got {value!r}")
+    return value
+
+
+@register_attention("local")
+class LocalMaskHeads(AttentionHeads):
+    """Dot-product heads whose weights are cut to a fixed local pattern per head (Eq. 9)."""
+
+    sites = ("encoder_self", "decoder_self")
+    uses_query_key = True
+    option_names = ("masks", "query_key_sets", "heads_per_query_key_set", "renormalize")
+
+    @classmethod
+    def normalize_spec(cls, spec, site, field):
+        spec = super().normalize_spec(spec, site, field)
+        num_heads = spec["num_heads"]
+        masks = spec.get("masks", ALL_SEVEN_MASKS)
+        if isinstance(masks, str):
+            masks = [masks]
+        if not isinstance(masks, (list, tuple)) or not masks:
+            raise LayoutError(f"{field}.masks: expected a mask name or a non-empty list of them; valid masks: {VALID_MASKS}")
+        masks = [normalize_mask(name, f"{field}.masks[{index}]") for index, name in enumerate(masks)]
+
+        if "query_key_sets" in spec and "heads_per_query_key_set" in spec:
+            raise LayoutError(f"{field}: give either 'query_key_sets' or 'heads_per_query_key_set', not both")
+        if "heads_per_query_key_set" in spec:
+            set_size = positive_int(spec["heads_per_query_key_set"], f"{field}.heads_per_query_key_set")
+            if num_heads % set_size:
+                raise LayoutError(
+                    f"{field}.heads_per_query_key_set: the group's {num_heads} heads cannot be split into sets of {set_size}; "
+                    f"use a divisor of {num_heads}"
+                )
+            query_key_sets = num_heads // set_size
+        else:
+            query_key_sets = positive_int(spec.get("query_key_sets", num_heads), f"{field}.query_key_sets")
+            if num_heads % query_key_sets:
+                raise LayoutError(
+                    f"{field}.query_key_sets: the group's {num_heads} heads cannot be split into {query_key_sets} equal "
+                    f"contiguous sets; use a divisor of {num_heads}"
+                )
+
+        renormalize = spec.get("renormalize", False)
+        if not isinstance(renormalize, bool):
+            raise LayoutError(f"{field}.renormalize: expected true or false, got {renormalize!r}")
+        return {
+            "kind": spec["kind"],
+            "num_heads": num_heads,
+            "masks": [masks[h % len(masks)] for h in range(num_heads)],
+            "query_key_sets": query_key_sets,
+            "renormalize": renormalize,
+        }
+
+    @classmethod
+    def num_query_key_slots(cls, spec):
+        return spec["query_key_sets"]
+
+    def __init__(self, spec, config, site, layer_idx, head_dim):
+        super().__init__(spec, config, site, layer_idx, head_dim)
+        self.heads_per_set = self.num_heads // spec["query_key_sets"]
+
+    def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
+        # query: (batch, sets, q_len, d); key: (batch, sets, k_len, d); value: (batch, heads, k_len, d)
+        key_length = key.shape[-2]
+        allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q_len, k_len)
+        local = local_masks(self.spec["masks"], context.query_positions, key_length)[None]  # (1, heads, q_len, k_len)
+        keep = allowed & local
+        scores = torch.matmul(query, key.transpose(-1, -2)) * self.head_dim**-0.5  # (batch, sets, q_len, k_len)
+        if self.spec["renormalize"]:
+            scores = scores.repeat_interleave(self.heads_per_set, dim=1)
+            weights = torch.softmax(scores + additive_mask(keep, scores.dtype), dim=-1)
+        else:
+            # Eq. 9: one softmax per query/key set, shared by its heads, then each head's mask.
+            weights = torch.softmax(scores + additive_mask(allowed, scores.dtype), dim=-1)
+            weights = weights.repeat_interleave(self.heads_per_set, dim=1)
+        # Exact zeros outside each head's pattern; also empties rows with no allowed key at all.
+        weights = weights * keep
+        weights = nn.functional.dropout(
+            weights, p=self.config.attention_dropout if self.training else 0.0, training=self.training
+        )
+        output = torch.matmul(weights, value)  # (batch, heads, q_len, d)
+        return output, weights if output_attentions else None

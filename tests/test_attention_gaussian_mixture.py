@@ -1,0 +1,329 @@
+"""Gaussian mixture cross attention (Zhang and Feng 2021): the mixture maths, σ guards, fusion, model behaviour."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import hf_simple_attn.modeling.attention_gaussian_mixture  # noqa: F401  (registers the family)
+from hf_simple_attn import LayoutError, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+from hf_simple_attn.modeling.attention_gaussian_mixture import (
+    SIGMA_FLOOR,
+    GaussianMixtureHeads,
+    mixture_log_density,
+)
+from hf_simple_attn.modeling.attention_registry import AttentionContext
+
+
+torch.set_num_threads(1)
+
+HEAD_DIM = 8
+SQRT_2PI = math.sqrt(2 * math.pi)
+
+
+def make_heads(num_heads=2, **options) -> GaussianMixtureHeads:
+    spec = GaussianMixtureHeads.normalize_spec({"kind": "gaussian_mixture", "num_heads": num_heads, **options}, "cross", "f")
+    heads = GaussianMixtureHeads(spec, SimpleNamespace(attention_dropout=0.0), "cross", 0, HEAD_DIM)
+    for parameter in heads.parameters():
+        torch.nn.init.normal_(parameter, std=0.5)
+    return heads.eval()
+
+
+def fix_output(network, raw_output):
+    """Make a `V·tanh(W·q + b1) + b2` net output `raw_output` for every query (W = V = b1 = 0, b2 = raw_output)."""
+    with torch.no_grad():
+        for parameter in network.parameters():
+            parameter.zero_()
+        network.output.bias.copy_(torch.as_tensor(raw_output, dtype=torch.float32))
+
+
+def context_for(key_padding_mask, query_length):
+    return AttentionContext(key_padding_mask=key_padding_mask, query_positions=torch.arange(query_length), is_causal=False)
+
+
+def logit(p):
+    return math.log(p / (1 - p))
+
+
+# --- the mixture maths -------------------------------------------------------------------------
+
+
+def test_one_mixture_row_by_hand():
+    # ω = (0.5, 0.5), μ = (2, 4), σ = (1, 0.5), Z = √(2π)σ, positions j = 1..5.
+    #   component 1: 0.5/√(2π) = 0.19947114 · exp(-(j-2)²/2)   -> 0.12098536, 0.19947114, 0.12098536, 0.02699548, 0.00221592
+    #   component 2: 0.5/(0.5√(2π)) = 0.39894228 · exp(-2(j-4)²) -> 6.1e-9, 0.00013383, 0.05399097, 0.39894228, 0.05399097
+    #   β = sum                                                   -> 0.12098537, 0.19960497, 0.17497633, 0.42593776, 0.05620689
+    sigma = torch.tensor([1.0, 0.5])
+    log_beta = mixture_log_density(
+        log_weight=torch.log(torch.tensor([0.5, 0.5])).view(1, 1, 1, 2),
+        log_normalizer=torch.log(SQRT_2PI * sigma).view(1, 1, 1, 2),
+        mean=torch.tensor([2.0, 4.0]).view(1, 1, 1, 2),
+        sigma=sigma.view(1, 1, 1, 2),
+        positions=torch.arange(1.0, 6.0).view(1, 5),
+    )
+    expected = torch.tensor([0.12098537, 0.19960497, 0.17497633, 0.42593776, 0.05620689])
+    torch.testing.assert_close(log_beta.exp().view(5), expected, atol=1e-7, rtol=1e-6)
+
+
+def test_conversion_layer_and_clamp_through_the_module():
+    # J = 6, K = 2. ω̂ = (log 3, 0) -> ω = softmax = (0.75, 0.25).
+    # μ̂ = (0, log 9) -> μ = 6·sigmoid = (3, 5.4).
+    # σ̂ = (0, 20):  component 1: min(6/6·0.5, 3/3, 3/3) = 0.5;
+    #               component 2: min(6/6·1, 5.4/3 = 1.8, (6-5.4)/3 = 0.2) = 0.2 (the right-border clamp).
+    # β_j = 0.75/(0.5√(2π)) = 0.59841342 · exp(-(j-3)²/0.5) + 0.25/(0.2√(2π)) = 0.49867785 · exp(-(j-5.4)²/0.08):
+    #   j=1: 0.59841342·e^-8 = 0.00020075         j=4: 0.08098645 (+ 0.4987·e^-24.5 ≈ 1e-11)
+    #   j=2: 0.59841342·e^-2 = 0.08098645         j=5: 0.00020075 + 0.49867785·e^-2   = 0.06768945
+    #   j=3: 0.59841342                           j=6: 9e-9       + 0.49867785·e^-4.5 = 0.00553982
+    heads = make_heads(num_heads=1, num_components=2, fusion="gmm_only")
+    fix_output(heads.omega_ffn, [math.log(3.0), 0.0])
+    fix_output(heads.mu_ffn, [0.0, math.log(9.0)])
+    fix_output(heads.sigma_ffn, [0.0, 20.0])
+    query = torch.randn(1, 1, 1, HEAD_DIM)
+    log_weight, log_normalizer, mean, sigma = heads.mixture_parameters(query, torch.tensor([6.0]), context_for(None, 1))
+    torch.testing.assert_close(log_weight.exp().view(2), torch.tensor([0.75, 0.25]))
+    torch.testing.assert_close(mean.view(2), torch.tensor([3.0, 5.4]))
+    torch.testing.assert_close(sigma.view(2), torch.tensor([0.5, 0.2]))
+    torch.testing.assert_close(log_normalizer.exp().view(2), SQRT_2PI * torch.tensor([0.5, 0.2]))
+    value = torch.randn(1, 1, 6, HEAD_DIM)
+    output, weights = heads(query, torch.randn(1, 1, 6, HEAD_DIM), value, context_for(None, 1), output_attentions=True)
+    expected = torch.tensor([0.00020075, 0.08098645, 0.59841342, 0.08098645, 0.06768945, 0.00553982])
+    torch.testing.assert_close(weights.view(6), expected, atol=1e-6, rtol=1e-5)  # float32: μ = 6·sigmoid(log 9)
+    torch.testing.assert_close(output, weights @ value)
+
+
+@pytest.mark.parametrize(
+    "mu_hat, expected_mean, expected_sigma",
+    [
+        # J = 5, σ̂ = +20 so J/6·sigmoid(σ̂) = 5/6 never binds.
+        (logit(0.06), 0.3, 0.1),  # μ = 0.3: μ/3 = 0.1 binds (left border)
+        (logit(0.94), 4.7, 0.1),  # μ = 4.7: (5 - 4.7)/3 = 0.1 binds (right border)
+        (logit(0.004), 0.02, SIGMA_FLOOR),  # μ/3 = 0.0067 < floor
+        (-1e4, 0.0, SIGMA_FLOOR),  # μ forced to 0: σ would be 0
+        (1e4, 5.0, SIGMA_FLOOR),  # μ forced to J: σ would be 0
+    ],
+)
+def test_sigma_clamp_at_the_borders_and_floor(mu_hat, expected_mean, expected_sigma):
+    heads = make_heads(num_heads=1, num_components=1)
+    fix_output(heads.mu_ffn, [mu_hat])
+    fix_output(heads.sigma_ffn, [20.0])
+    _, _, mean, sigma = heads.mixture_parameters(torch.randn(1, 1, 1, HEAD_DIM), torch.tensor([5.0]), context_for(None, 1))
+    torch.testing.assert_close(mean.view(()), torch.tensor(expected_mean), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sigma.view(()), torch.tensor(expected_sigma), atol=1e-6, rtol=1e-5)
+
+
+def test_mean_at_the_borders_gives_finite_weights():
+    # Positions are 1-based (paper, Eq. 6); J = 4. `approximate` with σ̂ = +20: the border clamp alone
+    # takes σ to the floor. `strict` has no clamp (σ = J·sigmoid(σ̂)), so σ̂ = -1e4 takes it there.
+    # μ = J: σ = floor, a spike 1/(√(2π)·0.01) = 39.894228 on token J.
+    # μ = 0: the nearest token (j = 1) is 1/0.01 = 100 floors away: β = exp(-5000)·39.9 = 0 everywhere,
+    # while `strict` renormalises in log space and puts all weight on j = 1.
+    for mu_hat, approximate_row, strict_row in [
+        (1e4, [0.0, 0.0, 0.0, 39.894228], [0.0, 0.0, 0.0, 1.0]),
+        (-1e4, [0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]),
+    ]:
+        for normalization, sigma_hat, row in [("approximate", 20.0, approximate_row), ("strict", -1e4, strict_row)]:
+            heads = make_heads(num_heads=1, num_components=2, normalization=normalization, fusion="gmm_only")
+            fix_output(heads.mu_ffn, [mu_hat, mu_hat])
+            fix_output(heads.sigma_ffn, [sigma_hat, sigma_hat])
+            query = torch.randn(1, 1, 1, HEAD_DIM)
+            _, weights = heads(query, query, torch.randn(1, 1, 4, HEAD_DIM), context_for(None, 1), output_attentions=True)
+            torch.testing.assert_close(weights.view(4), torch.tensor(row), atol=1e-5, rtol=1e-6)
+
+
+def test_synthesis_network_by_hand():
+    # `none` (Table 1, Graves 2013): Z = 1, ω = exp(ω̂), μ_i = μ_{i-1} + exp(μ̂_i), σ = √(exp(-σ̂)/2).
+    # With ω̂ = μ̂ = σ̂ = 0 and K = 2: ω = 1, each step moves μ by 1 (μ = 1, 2, 3 for targets 0, 1, 2),
+    # 2σ² = 1, so β[i, j] = 2·exp(-(j - (i+1))²), j = 1..4, with 2 = 2e^0, 0.73575888 = 2e^-1, 0.03663128 = 2e^-4,
+    # 0.00024682 = 2e^-9: each row peaks at j = i + 1.
+    heads = make_heads(num_heads=1, num_components=2, normalization="none", fusion="gmm_only")
+    for network in (heads.omega_ffn, heads.mu_ffn, heads.sigma_ffn):
+        fix_output(network, [0.0, 0.0])
+    query = torch.randn(1, 1, 3, HEAD_DIM)
+    _, weights = heads(query, query, torch.randn(1, 1, 4, HEAD_DIM), context_for(None, 3), output_attentions=True)
+    row = torch.tensor([2.0, 0.73575888, 0.03663128, 0.00024682])
+    torch.testing.assert_close(weights[0, 0, 0], row)
+    torch.testing.assert_close(weights[0, 0, 1], torch.tensor([0.73575888, 2.0, 0.73575888, 0.03663128]))
+    torch.testing.assert_close(weights[0, 0, 2], torch.tensor([0.03663128, 0.73575888, 2.0, 0.73575888]))
+    # Step by step with a decoding state, the running means continue where the last step stopped.
+    value = torch.randn(1, 1, 4, HEAD_DIM)
+    state = {}
+    for position in range(3):
+        step = AttentionContext(None, torch.tensor([position]), False, decoding_state=state)
+        _, step_weights = heads(query[:, :, position : position + 1], query, value, step, output_attentions=True)
+        torch.testing.assert_close(step_weights[0, 0, 0], weights[0, 0, position])
+    with pytest.raises(RuntimeError, match="needs the cache that holds the running sum"):
+        later = AttentionContext(key_padding_mask=None, query_positions=torch.tensor([3]), is_causal=False)
+        heads(query[:, :, :1], query[:, :, :1], value, later)
+
+
+def test_fusion_variants():
+    query, key, value = torch.randn(2, 2, 3, HEAD_DIM), torch.randn(2, 2, 5, HEAD_DIM), torch.randn(2, 2, 5, HEAD_DIM)
+    padding = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    context = context_for(padding, 3)
+    reference = make_heads(fusion="gmm_only")
+    _, beta = reference(query, key, value, context, output_attentions=True)
+    scores = (query @ key.transpose(-1, -2)) / math.sqrt(HEAD_DIM)
+    alpha = torch.softmax(scores.masked_fill(~padding[:, None, None, :], float("-inf")), dim=-1)
+    for fusion in ("gate", "average"):
+        heads = make_heads(fusion=fusion)
+        heads.load_state_dict(reference.state_dict(), strict=False)
+        if fusion == "gate":
+            fix_output(heads.gate_ffn, [logit(0.3)])
+            expected = 0.7 * alpha + 0.3 * beta  # Eq. 13 with g = 0.3
+        else:
+            expected = (alpha + beta) / 2
+        output, weights = heads(query, key, value, context, output_attentions=True)
+        torch.testing.assert_close(weights, expected)
+        torch.testing.assert_close(output, expected @ value)
+    assert reference.gate_ffn is None
+    assert (beta[1, :, :, 3:] == 0).all()
+
+
+@pytest.mark.parametrize("normalization", ["approximate", "strict", "none"])
+def test_no_nan_or_inf_for_any_length_and_extreme_parameters(normalization):
+    extremes = [-1e4, -30.0, 0.0, 30.0, 1e4]
+    for source_length in range(1, 7):
+        for mu_hat in extremes:
+            for sigma_hat in extremes:
+                for omega_hat in (-1e4, 1e4):
+                    heads = make_heads(num_components=2, normalization=normalization)
+                    with torch.no_grad():
+                        heads.mu_ffn.output.bias.fill_(mu_hat)
+                        heads.sigma_ffn.output.bias.fill_(sigma_hat)
+                        heads.omega_ffn.output.bias.copy_(torch.tensor([omega_hat, 0.0]))
+                        heads.gate_ffn.output.bias.fill_(omega_hat)
+                    query = torch.randn(2, 2, 3, HEAD_DIM, requires_grad=True)
+                    key = torch.randn(2, 2, 6, HEAD_DIM, requires_grad=True)
+                    value = torch.randn(2, 2, 6, HEAD_DIM, requires_grad=True)
+                    padding = torch.arange(6)[None, :] < torch.tensor([[6], [source_length]])
+                    output, weights = heads(query, key, value, context_for(padding, 3), output_attentions=True)
+                    assert torch.isfinite(output).all() and torch.isfinite(weights).all()
+                    assert (weights[1, :, :, source_length:] == 0).all()
+                    (output.square().sum() + weights.sum()).backward()
+                    gradients = [query.grad, key.grad, value.grad] + [p.grad for p in heads.parameters()]
+                    assert all(torch.isfinite(g).all() for g in gradients), (source_length, mu_hat, sigma_hat, omega_hat)
+
+
+# --- options and layouts ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"num_components": 0}, r"cross\[0\]\.num_components: expected a positive integer"),
+        ({"num_components": True}, r"cross\[0\]\.num_components: expected a positive integer"),
+        ({"hidden_size": -1}, r"cross\[0\]\.hidden_size: expected null \(the head dimension"),
+        ({"normalization": "exact"}, r"cross\[0\]\.normalization: expected one of \['approximate', 'strict', 'none'\], got 'exact'"),
+        ({"fusion": "max"}, r"cross\[0\]\.fusion: expected one of \['gate', 'average', 'gmm_only'\], got 'max'"),
+        ({"components": 4}, r"unknown option\(s\) \['components'\] for kind 'gaussian_mixture'; valid options: \["),
+    ],
+)
+def test_bad_options_fail_at_config_time(tiny_marian_kwargs, spec, message):
+    with pytest.raises(LayoutError, match=message):
+        SimpleAttnMarianConfig(attention_layout={"cross": {"kind": "gaussian_mixture", **spec}}, **tiny_marian_kwargs)
+
+
+def test_cross_attention_only(tiny_marian_kwargs):
+    with pytest.raises(LayoutError, match=r"encoder_self\[0\]: kind 'gaussian_mixture' cannot be used at site 'encoder_self'; valid sites: \['cross'\]"):
+        SimpleAttnMarianConfig(attention_layout={"encoder_self": "gaussian_mixture"}, **tiny_marian_kwargs)
+
+
+def test_layout_places_it_on_selected_layers_and_survives_reload(tiny_marian_kwargs):
+    layout = {"cross": {"default": "dot", "layers": {"top_third": {"kind": "gaussian_mixture", "normalization": "strict"}}}}
+    config = SimpleAttnMarianConfig(attention_layout=layout, **tiny_marian_kwargs)
+    assert [spec["groups"][0]["kind"] for spec in config.attention_layout["cross"]] == ["dot", "dot", "gaussian_mixture"]
+    assert config.attention_layout["cross"][2]["groups"] == [
+        {"kind": "gaussian_mixture", "num_heads": 4, "num_components": 4, "hidden_size": None,
+         "normalization": "strict", "fusion": "gate"}
+    ]
+    reloaded = SimpleAttnMarianConfig.from_dict(config.to_dict())
+    assert reloaded.attention_layout == config.attention_layout
+    heads = SimpleAttnMarianMTModel(config).model.decoder.layers[2].encoder_attn.heads.groups[0]
+    assert heads.mu_ffn.hidden.weight.shape == (8, 8)  # hidden size = head_dim = 32 / 4
+    assert heads.mu_ffn.output.weight.shape == (4, 8)  # K = 4 components
+    assert heads.gate_ffn.output.weight.shape == (1, 8)
+
+
+# --- the model ----------------------------------------------------------------------------------
+
+
+def build_model(tiny_marian_kwargs, seed=0, **options):
+    layout = {"cross": {"kind": "gaussian_mixture", **options}}
+    config = SimpleAttnMarianConfig(attention_layout=layout, **tiny_marian_kwargs)
+    torch.manual_seed(seed)
+    model = SimpleAttnMarianMTModel(config)
+    with torch.no_grad():  # make the mixture depend visibly on the query
+        for name, parameter in model.named_parameters():
+            if "_ffn." in name:
+                parameter.normal_(std=1.0)
+            elif "encoder_attn.q_proj" in name or "encoder_attn.k_proj" in name:
+                parameter.normal_(std=0.3)
+    return model.eval()
+
+
+SOURCES = torch.tensor([[5, 6, 7, 8, 9, 10, 0], [11, 12, 13, 0, 39, 39, 39], [14, 0, 39, 39, 39, 39, 39]])
+TARGETS = torch.tensor([[39, 3, 4, 5, 6, 7], [39, 8, 9, 10, 11, 12], [39, 13, 14, 15, 16, 17]])
+
+
+@pytest.mark.parametrize("normalization", ["approximate", "strict", "none"])
+def test_padded_batch_equals_each_example_alone_and_is_causal(tiny_marian_kwargs, normalization):
+    model = build_model(tiny_marian_kwargs, normalization=normalization)
+    attention_mask = SOURCES != 39
+    with torch.no_grad():
+        batch = model(input_ids=SOURCES, attention_mask=attention_mask, decoder_input_ids=TARGETS, output_attentions=True)
+        for index in range(3):
+            length = int(attention_mask[index].sum())
+            alone = model(input_ids=SOURCES[index : index + 1, :length], decoder_input_ids=TARGETS[index : index + 1])
+            torch.testing.assert_close(batch.logits[index : index + 1], alone.logits, atol=1e-5, rtol=1e-5)
+        changed = TARGETS.clone()
+        changed[:, 4:] = 20
+        later_changed = model(input_ids=SOURCES, attention_mask=attention_mask, decoder_input_ids=changed)
+    torch.testing.assert_close(later_changed.logits[:, :4], batch.logits[:, :4])
+    assert not torch.allclose(later_changed.logits[:, 4:], batch.logits[:, 4:])
+    for weights in batch.cross_attentions:  # γ as used: shape (batch, heads, q_len, k_len), zero at padding
+        assert weights.shape == (3, 4, 6, 7)
+        assert (weights.masked_select(~attention_mask[:, None, None, :]) == 0).all()
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"normalization": "strict", "fusion": "average"}, {"fusion": "gmm_only"}, {"normalization": "none"}]
+)
+def test_generate_with_cache_equals_without(tiny_marian_kwargs, options):
+    model = build_model(tiny_marian_kwargs, seed=1, **options)
+    attention_mask = SOURCES != 39
+    for num_beams in (1, 3):
+        settings = dict(max_new_tokens=8, num_beams=num_beams, do_sample=False, output_scores=True, return_dict_in_generate=True)
+        cached = model.generate(input_ids=SOURCES, attention_mask=attention_mask, use_cache=True, **settings)
+        uncached = model.generate(input_ids=SOURCES, attention_mask=attention_mask, use_cache=False, **settings)
+        assert torch.equal(cached.sequences, uncached.sequences)
+        # every step's scores too: a tiny random model repeats tokens, so equal tokens alone prove little
+        torch.testing.assert_close(torch.stack(cached.scores), torch.stack(uncached.scores), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fusion", ["gate", "gmm_only"])
+def test_gradients_reach_the_mixture_nets_gate_and_projections(tiny_marian_kwargs, fusion):
+    model = build_model(tiny_marian_kwargs, fusion=fusion).train()
+    labels = TARGETS[:, 1:].contiguous()
+    model(input_ids=SOURCES, attention_mask=SOURCES != 39, labels=labels).loss.backward()
+    without_gradient = {
+        name for name, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)
+    }
+    if fusion == "gate":
+        assert without_gradient == set()
+        assert "model.decoder.layers.0.encoder_attn.heads.groups.0.gate_ffn.output.bias" in dict(model.named_parameters())
+    else:  # γ = β: the keys are not used, so only the cross k_proj gets no gradient
+        assert without_gradient == {
+            f"model.decoder.layers.{layer}.encoder_attn.k_proj.{p}" for layer in range(3) for p in ("weight", "bias")
+        }
+        assert not any("gate_ffn" in name for name, _ in model.named_parameters())
+
+
+def test_save_and_load_round_trip(tiny_marian_kwargs, tmp_path):
+    model = build_model(tiny_marian_kwargs, num_components=3, hidden_size=5, fusion="average")
+    model.save_pretrained(tmp_path)
+    loaded = SimpleAttnMarianMTModel.from_pretrained(tmp_path).eval()
+    assert loaded.config.attention_layout == model.config.attention_layout
+    inputs = dict(input_ids=SOURCES, attention_mask=SOURCES != 39, decoder_input_ids=TARGETS)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, atol=0, rtol=0)

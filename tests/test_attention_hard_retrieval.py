@@ -1,0 +1,170 @@
+"""Hard retrieval attention (Xu et al. 2021): argmax retrieval at inference, sampled one-hot with a
+straight-through backward in training, masked keys never retrieved."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import hf_simple_attn.modeling.attention_hard_retrieval  # noqa: F401  (registers the family)
+from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+from hf_simple_attn.modeling.attention_hard_retrieval import HardRetrievalHeads
+from hf_simple_attn.modeling.attention_registry import AttentionContext
+
+
+def hard_heads(num_heads, head_dim, training):
+    spec = HardRetrievalHeads.normalize_spec({"kind": "hard_retrieval", "num_heads": num_heads}, "cross", "test")
+    heads = HardRetrievalHeads(spec, SimpleNamespace(attention_dropout=0.0), "cross", 0, head_dim)
+    return heads.train(training)
+
+
+def context(query_positions, is_causal=False, key_padding_mask=None):
+    return AttentionContext(key_padding_mask=key_padding_mask, query_positions=query_positions, is_causal=is_causal)
+
+
+# Hand example, head_dim 1: queries (1, -1), keys (-2, 0.5, 3, 5), key 3 is padding.
+# Query 1 scores (-2, 0.5, 3, [5]) -> key 2; query -1 scores (2, -0.5, -3, [-5]) -> key 0.
+QUERY = torch.tensor([1.0, -1.0]).view(1, 1, 2, 1)
+KEY = torch.tensor([-2.0, 0.5, 3.0, 5.0]).view(1, 1, 4, 1)
+VALUE = torch.tensor([[10.0, 1.0], [20.0, 2.0], [30.0, 3.0], [40.0, 4.0]]).view(1, 1, 4, 2)
+PADDING = torch.tensor([[True, True, True, False]])
+
+
+def test_inference_retrieves_the_value_of_the_best_allowed_key():
+    heads = hard_heads(1, 1, training=False)
+    output, weights = heads(QUERY, KEY, VALUE[..., :1], context(torch.arange(2), key_padding_mask=PADDING), True)
+    torch.testing.assert_close(output[0, 0], torch.tensor([[30.0], [10.0]]))
+    torch.testing.assert_close(weights[0, 0], torch.tensor([[0.0, 0, 1, 0], [1, 0, 0, 0]]))
+    # Without padding query 1 takes key 3; causally (positions 0, 1) query 0 sees key 0 only, query 1 keys 0-1.
+    output, _ = heads(QUERY, KEY, VALUE[..., :1], context(torch.arange(2)))
+    torch.testing.assert_close(output[0, 0], torch.tensor([[40.0], [10.0]]))
+    output, _ = heads(QUERY, KEY, VALUE[..., :1], context(torch.arange(2), is_causal=True))
+    torch.testing.assert_close(output[0, 0], torch.tensor([[10.0], [10.0]]))
+
+
+def test_inference_is_argmax_of_scores_and_deterministic():
+    torch.manual_seed(0)
+    heads = hard_heads(3, 4, training=False)
+    query, key, value = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 4)
+    first, weights = heads(query, key, value, context(torch.arange(5)), True)
+    second, _ = heads(query, key, value, context(torch.arange(5)), True)
+    assert torch.equal(first, second)
+    index = (query @ key.transpose(-1, -2)).argmax(-1)
+    assert torch.equal(first, torch.gather(value, 2, index[..., None].expand(-1, -1, -1, 4)))
+    assert torch.equal(weights.argmax(-1), index) and torch.equal(weights.sum(-1), torch.ones(2, 3, 5))
+
+
+def test_query_without_any_allowed_key_gets_zero():
+    heads = hard_heads(1, 1, training=True)
+    padding = torch.tensor([[False, False, False, False]])
+    output, weights = heads(QUERY, KEY, VALUE[..., :1], context(torch.arange(2), key_padding_mask=padding), True)
+    assert torch.equal(output, torch.zeros_like(output)) and torch.equal(weights, torch.zeros_like(weights))
+
+
+def test_training_never_samples_masked_keys_and_follows_softmax():
+    heads = hard_heads(2, 1, training=True)
+    batch, length = 4000, 4
+    zeros = torch.zeros(batch, 2, length, 1)  # equal scores: P is uniform over the allowed keys
+    padding = torch.ones(batch, length, dtype=torch.bool)
+    padding[:, 3] = False
+    torch.manual_seed(0)
+    _, weights = heads(zeros, zeros, zeros, context(torch.arange(length), True, padding), True)
+    # Query i sees keys 0..min(i, 2): 1, 2, 3, 3 choices.
+    allowed = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 0]], dtype=torch.bool)
+    assert (weights[:, :, ~allowed] == 0).all()
+    assert torch.equal(weights.sum(-1), torch.ones(batch, 2, length))
+    frequencies = weights.mean(dim=(0, 1))
+    expected = allowed / allowed.sum(-1, keepdim=True)
+    torch.testing.assert_close(frequencies, expected.float(), atol=0.03, rtol=0)
+
+
+def test_straight_through_gradients_match_the_papers_formulas():
+    torch.manual_seed(0)
+    heads = hard_heads(2, 3, training=True)
+    query = torch.randn(1, 2, 4, 3, requires_grad=True)
+    key = torch.randn(1, 2, 5, 3, requires_grad=True)
+    value = torch.randn(1, 2, 5, 3, requires_grad=True)
+    grad_output = torch.randn(1, 2, 4, 3)
+    padding = torch.tensor([[True, True, True, True, False]])
+    output, one_hot = heads(query, key, value, context(torch.arange(4), key_padding_mask=padding), True)
+    (output * grad_output).sum().backward()
+    torch.testing.assert_close(output, one_hot @ value)
+
+    # By hand: S = QKᵀ/√3 masked, P = softmax(S); dP = dOut·Vᵀ (Eq. 9, passed straight to P, Eq. 8);
+    # softmax backward dS = P ⊙ (dP - Σ_k P_k dP_k); dQ = dS·K/√3, dK = dSᵀ·Q/√3;
+    # dV = one_hotᵀ·dOut (Eq. 10: each retrieved row gets the sum of its queries' output gradients).
+    with torch.no_grad():
+        scores = (query @ key.transpose(-1, -2)) / 3**0.5
+        probabilities = torch.softmax(scores.masked_fill(~padding[:, None, None, :], float("-inf")), dim=-1)
+        grad_probabilities = grad_output @ value.transpose(-1, -2)
+        grad_scores = probabilities * (grad_probabilities - (grad_probabilities * probabilities).sum(-1, keepdim=True))
+        expected_query = grad_scores @ key / 3**0.5
+        expected_key = grad_scores.transpose(-1, -2) @ query / 3**0.5
+        expected_value = one_hot.transpose(-1, -2) @ grad_output
+    torch.testing.assert_close(query.grad, expected_query)
+    torch.testing.assert_close(key.grad, expected_key)
+    torch.testing.assert_close(value.grad, expected_value)
+    assert (value.grad[:, :, 4] == 0).all() and (value.grad[one_hot.sum(2) == 0] == 0).all()
+
+    # The usual trick (one_hot + P - P.detach())·V gives the same gradients: its dV is
+    # (one_hot + P - P.detach())ᵀ·dOut, numerically one_hotᵀ·dOut.
+    trick_inputs = [t.detach().clone().requires_grad_(True) for t in (query, key, value)]
+    trick_scores = trick_inputs[0] @ trick_inputs[1].transpose(-1, -2) / 3**0.5
+    trick_p = torch.softmax(trick_scores.masked_fill(~padding[:, None, None, :], float("-inf")), dim=-1)
+    (((one_hot + trick_p - trick_p.detach()) @ trick_inputs[2]) * grad_output).sum().backward()
+    for ours, trick in zip((query, key, value), trick_inputs):
+        torch.testing.assert_close(ours.grad, trick.grad)
+
+
+# Model-level behaviour with the paper's setting: decoder self + cross attention.
+
+
+HARD_DEC = {"decoder_self": "hard_retrieval", "cross": "hard_retrieval"}
+SOURCE = torch.tensor([[5, 6, 7, 8, 9, 0], [10, 11, 12, 0, 39, 39]])
+SOURCE_MASK = (SOURCE != 39).long()
+TARGET = torch.tensor([[39, 4, 5, 6, 7], [39, 8, 9, 10, 11]])
+
+
+def build_model(tiny_marian_kwargs, layout):
+    torch.manual_seed(0)
+    return SimpleAttnMarianMTModel(SimpleAttnMarianConfig(attention_layout=layout, **tiny_marian_kwargs)).eval()
+
+
+def test_causality_padding_and_cache(tiny_marian_kwargs):
+    model = build_model(tiny_marian_kwargs, {**HARD_DEC, "encoder_self": "hard_retrieval"})
+    logits = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
+    changed = TARGET.clone()
+    changed[:, 3:] = 20
+    later = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=changed).logits
+    torch.testing.assert_close(later[:, :3], logits[:, :3])
+    alone = model(input_ids=SOURCE[1:, :4], decoder_input_ids=TARGET[1:]).logits
+    torch.testing.assert_close(logits[1:], alone, atol=1e-5, rtol=1e-5)
+    out = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET, output_attentions=True)
+    assert (out.cross_attentions[0][1, :, :, 4:] == 0).all() and (out.encoder_attentions[0][1, :, :, 4:] == 0).all()
+    assert torch.equal(out.cross_attentions[0].sum(-1), torch.ones(2, 4, 5))
+    for num_beams in (1, 3):
+        kwargs = dict(input_ids=SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=8, num_beams=num_beams, do_sample=False)
+        assert torch.equal(model.generate(**kwargs, use_cache=True), model.generate(**kwargs, use_cache=False))
+
+
+def test_training_gradients_and_save_load(tiny_marian_kwargs, tmp_path):
+    model = build_model(tiny_marian_kwargs, HARD_DEC)
+    dot = build_model(tiny_marian_kwargs, {})
+    assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in dot.state_dict().items()}
+
+    model.train()
+    model(input_ids=SOURCE, attention_mask=SOURCE_MASK, labels=TARGET[:, 1:].contiguous()).loss.backward()
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert [n for n, p in trainable if p.grad is None or not p.grad.abs().sum() > 0] == []
+    model.eval()
+
+    model.save_pretrained(tmp_path)
+    reloaded = SimpleAttnMarianMTModel.from_pretrained(tmp_path).eval()
+    expected = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
+    assert torch.equal(reloaded(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits, expected)
+
+
+@pytest.mark.parametrize("site", ["encoder_self", "decoder_self", "cross"])
+def test_usable_on_every_site(tiny_marian_kwargs, site):
+    config = SimpleAttnMarianConfig(attention_layout={site: {"kind": "hard_retrieval", "num_heads": 2}}, **tiny_marian_kwargs)
+    assert config.attention_layout[site][0]["groups"] == [{"kind": "hard_retrieval", "num_heads": 2}]
