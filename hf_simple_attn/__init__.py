@@ -3,10 +3,24 @@
 Importing the package registers the models with the Auto classes.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from .modeling.attention_registry import ATTENTION_FAMILIES, LayoutError, register_attention
 from .modeling.configuration_simple_attn import SimpleAttnMarianConfig
+from .modeling.configuration_simple_attn_bert import SimpleAttnBertConfig
+from .modeling.modeling_simple_attn_bert import (
+    SimpleAttnBertForMaskedLM,
+    SimpleAttnBertForSequenceClassification,
+    SimpleAttnBertForTokenClassification,
+    SimpleAttnBertModel,
+)
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianModel, SimpleAttnMarianMTModel
 from .modeling.pipeline_translation import TranslationPipeline
 from .modeling.presets import list_presets
@@ -15,15 +29,30 @@ from .modeling.presets import list_presets
 AutoConfig.register(SimpleAttnMarianConfig.model_type, SimpleAttnMarianConfig, exist_ok=True)
 AutoModel.register(SimpleAttnMarianConfig, SimpleAttnMarianModel, exist_ok=True)
 AutoModelForSeq2SeqLM.register(SimpleAttnMarianConfig, SimpleAttnMarianMTModel, exist_ok=True)
+AutoConfig.register(SimpleAttnBertConfig.model_type, SimpleAttnBertConfig, exist_ok=True)
+AutoModel.register(SimpleAttnBertConfig, SimpleAttnBertModel, exist_ok=True)
+AutoModelForMaskedLM.register(SimpleAttnBertConfig, SimpleAttnBertForMaskedLM, exist_ok=True)
+AutoModelForSequenceClassification.register(SimpleAttnBertConfig, SimpleAttnBertForSequenceClassification, exist_ok=True)
+AutoModelForTokenClassification.register(SimpleAttnBertConfig, SimpleAttnBertForTokenClassification, exist_ok=True)
 
 # save_pretrained writes `auto_map` and copies the modeling code for trust_remote_code loads.
 SimpleAttnMarianConfig.register_for_auto_class()
 SimpleAttnMarianModel.register_for_auto_class("AutoModel")
 SimpleAttnMarianMTModel.register_for_auto_class("AutoModelForSeq2SeqLM")
+SimpleAttnBertConfig.register_for_auto_class()
+SimpleAttnBertModel.register_for_auto_class("AutoModel")
+SimpleAttnBertForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
+SimpleAttnBertForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+SimpleAttnBertForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 
 __all__ = [
     "ATTENTION_FAMILIES",
     "LayoutError",
+    "SimpleAttnBertConfig",
+    "SimpleAttnBertForMaskedLM",
+    "SimpleAttnBertForSequenceClassification",
+    "SimpleAttnBertForTokenClassification",
+    "SimpleAttnBertModel",
     "SimpleAttnMarianConfig",
     "SimpleAttnMarianModel",
     "SimpleAttnMarianMTModel",

@@ -1,6 +1,7 @@
 """One attention sublayer built from a layer spec: projections, cache, and the head groups."""
 
 import dataclasses
+import operator
 
 import torch
 from torch import nn
@@ -129,3 +130,31 @@ class SimpleAttention(nn.Module):
         output, weights = self.heads(query, key, value, context, output_attentions)
         output = output.transpose(1, 2).reshape(batch_size, query_length, -1)
         return self.out_proj(output), weights
+
+
+def tie_query_key_projections(
+    layers: nn.ModuleList,
+    layer_specs: list,
+    layers_name: str,
+    attention_path: str,
+    projection_names: tuple[str, str],
+) -> dict[str, str]:
+    """Point tied layers at one set of query/key projections; returns {tied name: source name} for saving.
+
+    `attention_path` is the dotted path from a layer to its attention module (`"attention.self"`
+    in BERT), `projection_names` the names of its query and key projections.
+    """
+    get_attention = operator.attrgetter(attention_path)
+    tied = {}
+    for index, spec in enumerate(layer_specs):
+        if spec is None or spec["share_query_key_with"] is None:
+            continue
+        source = spec["share_query_key_with"]
+        target_attention, source_attention = get_attention(layers[index]), get_attention(layers[source])
+        for name in projection_names:
+            setattr(target_attention, name, getattr(source_attention, name))
+            for parameter in ("weight", "bias"):
+                tied[f"{layers_name}.{index}.{attention_path}.{name}.{parameter}"] = (
+                    f"{layers_name}.{source}.{attention_path}.{name}.{parameter}"
+                )
+    return tied

@@ -25,7 +25,7 @@ from transformers.modeling_outputs import (
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding, shift_tokens_right
 from transformers.utils import can_return_tuple
 
-from .attention import SimpleAttention
+from .attention import SimpleAttention, tie_query_key_projections
 from .attention_registry import AttentionContext, get_attention_family
 from .cache import new_decoder_cache
 from .configuration_simple_attn import SimpleAttnMarianConfig
@@ -52,21 +52,6 @@ def build_stack_state(config, sites: tuple[str, ...]) -> nn.ModuleDict:
             if module is not None:
                 state[f"{site}_{kind}"] = module
     return state
-
-
-def tie_query_key_projections(layers: nn.ModuleList, layer_specs: list, attribute: str) -> dict[str, str]:
-    """Point tied layers at one set of q_proj/k_proj; returns {tied name: source name} for saving."""
-    tied = {}
-    for index, spec in enumerate(layer_specs):
-        if spec is None or spec["share_query_key_with"] is None:
-            continue
-        source = spec["share_query_key_with"]
-        target_attention, source_attention = getattr(layers[index], attribute), getattr(layers[source], attribute)
-        for name in ("q_proj", "k_proj"):
-            setattr(target_attention, name, getattr(source_attention, name))
-            for parameter in ("weight", "bias"):
-                tied[f"layers.{index}.{attribute}.{name}.{parameter}"] = f"layers.{source}.{attribute}.{name}.{parameter}"
-    return tied
 
 
 class FeedForward(nn.Module):
@@ -219,7 +204,7 @@ class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
         )
         self.attention_state = build_stack_state(config, ("encoder_self",))
         self.tied_query_key = tie_query_key_projections(
-            self.layers, config.attention_layout["encoder_self"], "self_attn"
+            self.layers, config.attention_layout["encoder_self"], "layers", "self_attn", ("q_proj", "k_proj")
         )
         self.gradient_checkpointing = False
         self.post_init()
@@ -276,8 +261,12 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         )
         self.attention_state = build_stack_state(config, ("decoder_self", "cross"))
         self.tied_query_key = {
-            **tie_query_key_projections(self.layers, config.attention_layout["decoder_self"], "self_attn"),
-            **tie_query_key_projections(self.layers, config.attention_layout["cross"], "encoder_attn"),
+            **tie_query_key_projections(
+                self.layers, config.attention_layout["decoder_self"], "layers", "self_attn", ("q_proj", "k_proj")
+            ),
+            **tie_query_key_projections(
+                self.layers, config.attention_layout["cross"], "layers", "encoder_attn", ("q_proj", "k_proj")
+            ),
         }
         self.gradient_checkpointing = False
         self.post_init()

@@ -1,0 +1,62 @@
+"""Configuration of a BERT-style encoder whose self-attention follows an attention layout."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import BertConfig
+
+from .layout import merge_layouts, normalize_layout
+from .presets import get_preset
+
+
+@strict
+class SimpleAttnBertConfig(BertConfig):
+    r"""Configuration of a BERT encoder whose attention follows `attention_layout`.
+
+    Every `BertConfig` field is accepted with the same meaning (the model is an encoder only:
+    `is_decoder` and `add_cross_attention` must stay false). Added fields:
+
+    attention_layout (`dict`, *optional*):
+        Which attention each layer and head of the encoder uses (site `encoder_self`, plus
+        `encoder_ffn` to switch feed-forward blocks off; see `layout.py`); stored expanded, one
+        explicit spec per layer. Defaults to the preset's layout, or to `base` (all dot product).
+    attention_preset (`str`, *optional*):
+        The named configuration this layout came from (see `presets.py`, kind `"encoder"`).
+
+    The attention families read Marian's names (`d_model`, `attention_dropout`, ...); `attribute_map`
+    points them at BERT's fields.
+    """
+
+    model_type = "simple_attn_bert"
+    attribute_map = {
+        "d_model": "hidden_size",
+        "attention_dropout": "attention_probs_dropout_prob",
+        "encoder_layers": "num_hidden_layers",
+        "encoder_attention_heads": "num_attention_heads",
+    }
+
+    attention_layout: dict | None = None
+    attention_preset: str | None = None
+
+    def __post_init__(self, **kwargs):
+        if self.is_decoder or self.add_cross_attention:
+            raise ValueError(
+                "is_decoder / add_cross_attention: SimpleAttnBert is an encoder only; both must be false "
+                "(use SimpleAttnMarianConfig for a decoder)"
+            )
+        if self.attention_layout is None and self.attention_preset is not None:
+            self.attention_layout = get_preset(self.attention_preset, "encoder")["layout"]
+        self.attention_layout = normalize_layout(
+            self.attention_layout,
+            stack_layers={"encoder": self.num_hidden_layers},
+            site_heads={"encoder_self": self.num_attention_heads},
+            d_model=self.hidden_size,
+        )
+        super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "SimpleAttnBertConfig":
+        """The preset's layout at any size: `from_preset("band6", hidden_size=256, num_hidden_layers=4)`.
+
+        An `attention_layout` override replaces the preset's spec site by site.
+        """
+        layout = merge_layouts(get_preset(name, "encoder")["layout"], overrides.pop("attention_layout", None))
+        return cls(attention_layout=layout, attention_preset=name, **overrides)
