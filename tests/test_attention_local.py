@@ -7,7 +7,6 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import hf_simple_attn.modeling.attention_local  # noqa: F401  (registers the family)
 from hf_simple_attn import LayoutError, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention_local import ALL_SEVEN_MASKS, LocalMaskHeads
 from hf_simple_attn.modeling.attention_registry import AttentionContext
@@ -154,8 +153,6 @@ FIELD = r"attention_layout\.encoder_self\[0\](\.groups\[0\])?"  # a single-group
         ({"masks": "prev-0"}, FIELD + r"\.masks\[0\]: the distance k of 'prev-0' must be an integer >= 1"),
         ({"masks": "band-1.5"}, FIELD + r"\.masks\[0\]: unknown mask 'band-1.5'"),
         ({"masks": []}, FIELD + r"\.masks: expected a mask name or a non-empty list"),
-        ({"query_key_sets": 3}, FIELD + r"\.query_key_sets: the group's 4 heads cannot be split into 3 equal contiguous sets"),
-        ({"heads_per_query_key_set": 3}, FIELD + r"\.heads_per_query_key_set: the group's 4 heads cannot be split into sets of 3"),
         ({"query_key_sets": 0}, FIELD + r"\.query_key_sets: expected a positive integer"),
         ({"query_key_sets": 2, "heads_per_query_key_set": 2}, FIELD + r": give either 'query_key_sets' or 'heads_per_query_key_set'"),
         ({"renormalize": "yes"}, FIELD + r"\.renormalize: expected true or false"),
@@ -221,6 +218,19 @@ def test_paper_layouts_at_paper_size_have_the_papers_masks_and_sets():
         assert all(local_group(s)["query_key_sets"] == 1 and sorted(local_group(s)["masks"]) == seven for s in layouts[name])
     assert [s["share_query_key_with"] for s in layouts["local-half-tied"]] == [None, 0, 0, None, None, None]
     assert [s["share_query_key_with"] for s in layouts["local-fully-tied"]] == [None, 0, 0, 0, 0, 0]
+
+
+def test_uneven_head_counts_give_near_equal_contiguous_sets():
+    # 5 heads in pairs: sets (0, 1), (2, 3), (4); every head of a set shares its softmax.
+    heads = local_heads(num_heads=5, masks=["global"], heads_per_query_key_set=2, head_dim=2)
+    assert heads.spec["query_key_sets"] == 3 and heads.heads_per_set == [2, 2, 1]
+    query, key = torch.randn(1, 3, 4, 2), torch.randn(1, 3, 4, 2)
+    context = AttentionContext(None, torch.arange(4), False)
+    _, weights = heads(query, key, torch.randn(1, 5, 4, 2), context, output_attentions=True)
+    expected = torch.softmax(query @ key.transpose(-1, -2) / 2**0.5, dim=-1)
+    torch.testing.assert_close(weights, expected[:, [0, 0, 1, 1, 2]])
+    assert local_heads(num_heads=5, query_key_sets=2).heads_per_set == [3, 2]
+    assert local_heads(num_heads=1, query_key_sets=2).heads_per_set == [1]
 
 
 def test_sharing_scales_with_head_count(tiny_marian_kwargs):

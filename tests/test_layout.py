@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 import hf_simple_attn
 from hf_simple_attn import LayoutError, SimpleAttnMarianConfig
@@ -133,3 +134,26 @@ def test_preset_override_replaces_one_site(tiny_marian_kwargs):
     )
     assert [spec is not None for spec in config.attention_layout["cross"]] == [False, True, True]
     assert config.attention_layout["encoder_self"][0]["groups"][0]["kind"] == "hard_coded"
+
+
+@pytest.mark.parametrize("model_kind", ["seq2seq", "encoder"])
+def test_every_preset_builds_at_any_depth_and_head_count(model_kind):
+    from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianMTModel
+
+    for name in hf_simple_attn.list_presets(model_kind):
+        for layers, heads in [(1, 1), (2, 3), (5, 5), (7, 2)]:
+            if model_kind == "seq2seq":
+                config = SimpleAttnMarianConfig.from_preset(
+                    name, d_model=8 * heads, encoder_layers=layers, decoder_layers=layers, vocab_size=20,
+                    encoder_attention_heads=heads, decoder_attention_heads=heads, pad_token_id=19,
+                    decoder_start_token_id=19, encoder_ffn_dim=8, decoder_ffn_dim=8,
+                )
+                model_class = SimpleAttnMarianMTModel
+            else:
+                config = SimpleAttnBertConfig.from_preset(
+                    name, hidden_size=8 * heads, num_hidden_layers=layers, num_attention_heads=heads,
+                    intermediate_size=8, vocab_size=20,
+                )
+                model_class = SimpleAttnBertModel
+            with torch.device("meta"):
+                model_class(config)

@@ -19,9 +19,10 @@ Options:
 - `masks`: one mask name or a list, cycled over the group's heads (default: the paper's "all 7
   masks", identity used twice).
 - `query_key_sets`: number of W_q/W_k sets; the heads are split into that many contiguous groups
-  of equal size (default: one set per head, no sharing). `heads_per_query_key_set` gives the
-  group size instead (2 = the paper's configuration g, pairs of heads). The normalized spec
-  stores `query_key_sets` only.
+  of equal size, the first ones one head larger when the count does not divide, and never more
+  sets than heads (default: one set per head, no sharing). `heads_per_query_key_set` gives the group size instead (2 = the paper's
+  configuration g, pairs of heads; with an odd head count the last set has one head). The
+  normalized spec stores `query_key_sets` only.
 - `renormalize`: mask before the softmax (softmax over the allowed positions only; a row without
   any allowed key gets zero weights) instead of Eq. 9.
 
@@ -114,19 +115,10 @@ class LocalMaskHeads(AttentionHeads):
             raise LayoutError(f"{field}: give either 'query_key_sets' or 'heads_per_query_key_set', not both")
         if "heads_per_query_key_set" in spec:
             set_size = positive_int(spec["heads_per_query_key_set"], f"{field}.heads_per_query_key_set")
-            if num_heads % set_size:
-                raise LayoutError(
-                    f"{field}.heads_per_query_key_set: the group's {num_heads} heads cannot be split into sets of {set_size}; "
-                    f"use a divisor of {num_heads}"
-                )
-            query_key_sets = num_heads // set_size
+            query_key_sets = -(-num_heads // set_size)
         else:
-            query_key_sets = positive_int(spec.get("query_key_sets", num_heads), f"{field}.query_key_sets")
-            if num_heads % query_key_sets:
-                raise LayoutError(
-                    f"{field}.query_key_sets: the group's {num_heads} heads cannot be split into {query_key_sets} equal "
-                    f"contiguous sets; use a divisor of {num_heads}"
-                )
+            # More sets than heads degenerates to one set per head, so presets scale down to one head.
+            query_key_sets = min(positive_int(spec.get("query_key_sets", num_heads), f"{field}.query_key_sets"), num_heads)
 
         renormalize = spec.get("renormalize", False)
         if not isinstance(renormalize, bool):
@@ -145,7 +137,14 @@ class LocalMaskHeads(AttentionHeads):
 
     def __init__(self, spec, config, site, layer_idx, head_dim):
         super().__init__(spec, config, site, layer_idx, head_dim)
-        self.heads_per_set = self.num_heads // spec["query_key_sets"]
+        sets = spec["query_key_sets"]
+        # Contiguous sets as equal as possible, the first ones larger: 5 heads in 3 sets -> 2, 2, 1.
+        self.heads_per_set = [self.num_heads // sets + (index < self.num_heads % sets) for index in range(sets)]
+
+    def expand_sets_to_heads(self, per_set: torch.Tensor) -> torch.Tensor:
+        """(batch, sets, q_len, k_len) -> (batch, heads, q_len, k_len), each set repeated for its heads."""
+        repeats = torch.tensor(self.heads_per_set, device=per_set.device)
+        return per_set.repeat_interleave(repeats, dim=1, output_size=self.num_heads)
 
     def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
         # query: (batch, sets, q_len, d); key: (batch, sets, k_len, d); value: (batch, heads, k_len, d)
@@ -155,12 +154,12 @@ class LocalMaskHeads(AttentionHeads):
         keep = allowed & local
         scores = torch.matmul(query, key.transpose(-1, -2)) * self.head_dim**-0.5  # (batch, sets, q_len, k_len)
         if self.spec["renormalize"]:
-            scores = scores.repeat_interleave(self.heads_per_set, dim=1)
+            scores = self.expand_sets_to_heads(scores)
             weights = torch.softmax(scores + additive_mask(keep, scores.dtype), dim=-1)
         else:
             # Eq. 9: one softmax per query/key set, shared by its heads, then each head's mask.
             weights = torch.softmax(scores + additive_mask(allowed, scores.dtype), dim=-1)
-            weights = weights.repeat_interleave(self.heads_per_set, dim=1)
+            weights = self.expand_sets_to_heads(weights)
         # Exact zeros outside each head's pattern; also empties rows with no allowed key at all.
         weights = weights * keep
         weights = nn.functional.dropout(
