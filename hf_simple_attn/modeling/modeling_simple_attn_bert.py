@@ -32,12 +32,8 @@ from transformers.utils import can_return_tuple
 from .attention import HeadGroups, tie_query_key_projections
 from .attention_registry import AttentionContext
 from .configuration_simple_attn_bert import SimpleAttnBertConfig
-from .modeling_simple_attn_marian import (
-    SimpleAttnPreTrainedModel,
-    build_stack_state,
-    padding_mask_or_none,
-    prefixed,
-)
+from .modeling_simple_attn_marian import SimpleAttnPreTrainedModel
+from .stack import build_stack_state, prefixed, run_encoder_layers
 
 
 BERT_QUERY_KEY_NAMES = ("query", "key")
@@ -153,22 +149,8 @@ class SimpleAttnBertEncoder(nn.Module):
         output_hidden_states: bool = False,
     ) -> BaseModelOutput:
         """hidden_states: (batch, len, hidden) embeddings; attention_mask: (batch, len), 1 at real tokens."""
-        context = AttentionContext(
-            key_padding_mask=padding_mask_or_none(attention_mask),
-            query_positions=torch.arange(hidden_states.shape[1], device=hidden_states.device),
-            is_causal=False,
-            stack_state=self.attention_state,
-        )
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for layer in self.layer:
-            hidden_states, weights = layer(hidden_states, context, output_attentions)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
-        return BaseModelOutput(
-            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        return run_encoder_layers(
+            self.layer, hidden_states, attention_mask, self.attention_state, output_attentions, output_hidden_states
         )
 
 

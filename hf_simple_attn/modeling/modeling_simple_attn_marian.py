@@ -26,41 +26,13 @@ from transformers.models.marian.modeling_marian import MarianSinusoidalPositiona
 from transformers.utils import can_return_tuple
 
 from .attention import SimpleAttention, tie_query_key_projections
-from .attention_registry import AttentionContext, get_attention_family
+from .attention_registry import AttentionContext
 from .cache import new_decoder_cache
 from .configuration_simple_attn import SimpleAttnMarianConfig
+from .stack import build_stack_state, padding_mask_or_none, prefixed, run_encoder_layers
 
 
 MODELING_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def padding_mask_or_none(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """(batch, len) bool mask of real tokens, or None when nothing is padded."""
-    if attention_mask is None or bool(attention_mask.bool().all()):
-        return None
-    return attention_mask.bool()
-
-
-def build_stack_state(config, sites: tuple[str, ...]) -> nn.ModuleDict:
-    """Modules a family shares across the layers of one stack (e.g. RAN's initial matrices)."""
-    state = nn.ModuleDict()
-    for site in sites:
-        layer_specs = config.attention_layout[site]
-        kinds = {g["kind"] for spec in layer_specs if spec is not None for g in spec["groups"]}
-        for kind in sorted(kinds):
-            module = get_attention_family(kind).build_stack_state(config, site, layer_specs)
-            if module is not None:
-                state[f"{site}_{kind}"] = module
-    return state
-
-
-class FeedForward(nn.Module):
-    """Marian's position-wise feed-forward block (fc1, activation, fc2)."""
-
-    def __init__(self, config, ffn_dim: int):
-        super().__init__()
-        self.fc1 = nn.Linear(config.d_model, ffn_dim)
-        self.fc2 = nn.Linear(ffn_dim, config.d_model)
 
 
 class SimpleAttnMarianEncoderLayer(GradientCheckpointingLayer):
@@ -230,22 +202,8 @@ class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
         hidden_states = inputs_embeds + self.embed_positions(inputs_embeds.shape[:-1])
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
 
-        context = AttentionContext(
-            key_padding_mask=padding_mask_or_none(attention_mask),
-            query_positions=torch.arange(hidden_states.shape[1], device=hidden_states.device),
-            is_causal=False,
-            stack_state=self.attention_state,
-        )
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for layer in self.layers:
-            hidden_states, weights = layer(hidden_states, context, output_attentions)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
-        return BaseModelOutput(
-            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        return run_encoder_layers(
+            self.layers, hidden_states, attention_mask, self.attention_state, output_attentions, output_hidden_states
         )
 
 
@@ -337,10 +295,6 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
             attentions=all_self_attentions,
             cross_attentions=all_cross_attentions,
         )
-
-
-def prefixed(tied: dict[str, str], prefix: str) -> dict[str, str]:
-    return {f"{prefix}{target}": f"{prefix}{source}" for target, source in tied.items()}
 
 
 class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):

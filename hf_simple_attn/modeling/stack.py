@@ -1,0 +1,60 @@
+"""Pieces every stack of layers shares, whichever model holds it (Marian-style or BERT-style)."""
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutput
+
+from .attention_registry import AttentionContext, get_attention_family
+
+
+def padding_mask_or_none(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(batch, len) bool mask of real tokens, or None when nothing is padded."""
+    if attention_mask is None or bool(attention_mask.bool().all()):
+        return None
+    return attention_mask.bool()
+
+
+def build_stack_state(config, sites: tuple[str, ...]) -> nn.ModuleDict:
+    """Modules a family shares across the layers of one stack (e.g. RAN's initial matrices)."""
+    state = nn.ModuleDict()
+    for site in sites:
+        layer_specs = config.attention_layout[site]
+        kinds = {g["kind"] for spec in layer_specs if spec is not None for g in spec["groups"]}
+        for kind in sorted(kinds):
+            module = get_attention_family(kind).build_stack_state(config, site, layer_specs)
+            if module is not None:
+                state[f"{site}_{kind}"] = module
+    return state
+
+
+def prefixed(tied: dict[str, str], prefix: str) -> dict[str, str]:
+    return {f"{prefix}{target}": f"{prefix}{source}" for target, source in tied.items()}
+
+
+def run_encoder_layers(
+    layers: nn.ModuleList,
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    stack_state: nn.ModuleDict,
+    output_attentions: bool,
+    output_hidden_states: bool,
+) -> BaseModelOutput:
+    """Run bidirectional layers over embedded inputs (batch, len, hidden); attention_mask is 1 at real tokens.
+
+    Each layer is called as `layer(hidden_states, context, output_attentions) -> (hidden_states, weights)`.
+    """
+    context = AttentionContext(
+        key_padding_mask=padding_mask_or_none(attention_mask),
+        query_positions=torch.arange(hidden_states.shape[1], device=hidden_states.device),
+        is_causal=False,
+        stack_state=stack_state,
+    )
+    all_hidden_states = (hidden_states,) if output_hidden_states else None
+    all_attentions = () if output_attentions else None
+    for layer in layers:
+        hidden_states, weights = layer(hidden_states, context, output_attentions)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+        if output_attentions:
+            all_attentions += (weights,)
+    return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions)
