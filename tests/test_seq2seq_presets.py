@@ -26,7 +26,22 @@ MIXED_LAYOUT = {
     "cross": {"default": {"kind": "hard_coded", "centre": "continuous"}, "layers": {"last": {"kind": "dot", "num_heads": 2}}},
     "decoder_ffn": [True, False, True],
 }
-LAYOUTS = [(name, None) for name in hf_simple_attn.list_presets("seq2seq")] + [("mixed", MIXED_LAYOUT)]
+# Every family in one model, several in one layer.
+ALL_FAMILIES_LAYOUT = {
+    "encoder_self": {"groups": [{"kind": "recurrent", "num_heads": 1, "max_positions": 32},
+                                {"kind": "local", "num_heads": 1, "masks": "band-1"},
+                                {"kind": "hard_retrieval", "num_heads": 1}, {"kind": "dot"}]},
+    "decoder_self": {"groups": [{"kind": "random_synthesizer", "num_heads": 2, "max_positions": 32},
+                                {"kind": "local", "num_heads": 1, "masks": "prev-1", "renormalize": True},
+                                {"kind": "hard_coded", "offsets": [0]}]},
+    "cross": [{"groups": [{"kind": "gaussian_mixture", "num_heads": 2}, {"kind": "hard_retrieval", "num_heads": 1},
+                          {"kind": "hard_coded"}]},
+              {"kind": "gaussian_mixture", "normalization": "none"}, "dot"],
+}
+LAYOUTS = [(name, None) for name in hf_simple_attn.list_presets("seq2seq")] + [
+    ("mixed", MIXED_LAYOUT),
+    ("all-families", ALL_FAMILIES_LAYOUT),
+]
 IDS = [name for name, _ in LAYOUTS]
 
 
