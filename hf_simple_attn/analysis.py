@@ -3,27 +3,31 @@
 from .modeling.layout import SITE_STACKS
 
 
+def shortest_period(values: list) -> list:
+    """The repeating unit of a per-head list cycled over the heads: [-1, 1, -1, 1] -> [-1, 1]."""
+    return next(values[:p] for p in range(1, len(values) + 1) if values == [values[i % p] for i in range(len(values))])
+
+
+def describe_option(key: str, value) -> str:
+    if isinstance(value, list):
+        value = ",".join(f"{v:+d}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in shortest_period(value))
+    return f"{key} {value}"
+
+
 def describe_layer(spec: dict | None) -> str:
-    """One cell of the layout table, e.g. `8 × hard_coded (offsets -1,1)` or `1 × dot + 7 × hard_coded`."""
+    """One cell of the layout table, e.g. `8 × hard_coded (offsets -1,+1)` or `1 × dot + 7 × hard_coded`.
+
+    Options at their defaults-by-absence (None, False) are left out; per-head lists are shown once.
+    """
     if spec is None:
         return "none"
     parts = []
     for group in spec["groups"]:
-        options = []
-        if group["kind"] == "hard_coded":
-            offsets = group["offsets"]
-            period = next(p for p in range(1, len(offsets) + 1) if offsets == [offsets[i % p] for i in range(len(offsets))])
-            options.append("offsets " + ",".join(f"{o:+d}" for o in offsets[:period]))
-            if group["window"] is not None:
-                options.append(f"window {group['window']}")
-            if group["indexing"]:
-                options.append("indexing")
-            if group["centre"] != "floor":
-                options.append(f"{group['centre']} centre")
-        else:
-            options.extend(
-                f"{key} {value}" for key, value in sorted(group.items()) if key not in ("kind", "num_heads")
-            )
+        options = [
+            describe_option(key, value)
+            for key, value in group.items()
+            if key not in ("kind", "num_heads") and value is not None and value is not False
+        ]
         cell = f"{group['num_heads']} × {group['kind']}"
         parts.append(cell + (f" ({'; '.join(options)})" if options else ""))
     text = " + ".join(parts)
