@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
-from .attention_registry import AttentionContext, get_attention_family
+from .attention_registry import AttentionContext, AttentionHeads, get_attention_family
 from .layout import query_key_slots
 
 
@@ -60,6 +60,14 @@ class HeadGroups(nn.Module):
         if not output_attentions:
             return output, None
         return output, weights[0] if len(weights) == 1 else torch.cat(weights, dim=1)
+
+    def decoding_lookback(self, dtype: torch.dtype) -> int | None:
+        """How many earlier positions a cached decoding step of every group reads (the cache may drop
+        older ones), or None when some group reads the whole prefix."""
+        lookbacks = [
+            group.decoding_lookback(dtype) if hasattr(group, "decoding_lookback") else None for group in self.groups
+        ]
+        return None if None in lookbacks else max(lookbacks)
 
 
 class SimpleAttention(nn.Module):
@@ -128,8 +136,26 @@ class SimpleAttention(nn.Module):
             context = dataclasses.replace(context, decoding_state=self_cache.layers[self.layer_idx].states)
 
         output, weights = self.heads(query, key, value, context, output_attentions)
+        if past_key_values is not None and not self.is_cross:
+            lookback = self.heads.decoding_lookback(value.dtype)
+            if lookback is not None:
+                # Every head reads at most `lookback` earlier positions: a sliding window suffices.
+                self_cache.layers[self.layer_idx].keep_last(lookback)
         output = output.transpose(1, 2).reshape(batch_size, query_length, -1)
         return self.out_proj(output), weights
+
+
+def set_attention_fast_paths(model: nn.Module, enabled: bool = True) -> None:
+    """Run every attention family's fast path (the default) or its reference path.
+
+    Fast paths exploit a family's structure (fixed convolutions, memoised tables, argmax without
+    softmax) and equal the reference path up to rounding; the reference path computes and applies
+    the full weight matrices, as when the weights are requested. Switch between `generate` calls,
+    not during one: a decoder cache filled by a fast path may hold a sliding window only.
+    """
+    for module in model.modules():
+        if isinstance(module, AttentionHeads):
+            module.fast_path = enabled
 
 
 def tie_query_key_projections(

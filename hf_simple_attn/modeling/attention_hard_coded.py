@@ -8,9 +8,24 @@ There is no query or key projection: only values are projected, then the output 
 
 Options: `window` keeps the `window` positions nearest the centre (the paper's "conv" variant);
 `indexing` copies exactly the value at the centre (a one-hot kernel).
+
+The weights depend on positions only, so the fast path (the default) never builds them per call:
+- self attention is a fixed depthwise convolution over the sequence (weight depends on j - i).
+  Its kernel is truncated where the Gaussian's remaining weight is below half an ulp of its
+  peak in the compute dtype (radius 5 for σ = 1 in float32; the window or the single index
+  otherwise), which changes outputs by no more than rounding does. Long sequences run it as a
+  shifted sum over the kernel's taps, O(n·taps); short ones, and cached decoding steps, multiply
+  a memoised table over the keys the kernel reaches, so a decoding step reads only the last few
+  positions and the decoder cache may drop older ones (`decoding_lookback`).
+- cross attention multiplies a memoised (heads, q_len, k_len) table.
+Tables live in a small module-level memo keyed by spec, shapes, dtype and device (never as module
+tensors, which `from_pretrained` would build on the meta device). The reference path (the full
+table of `weight_table`) runs when the weights are requested or `fast_path` is off.
 """
 
+import functools
 import math
+from collections import OrderedDict
 
 import torch
 
@@ -21,13 +36,92 @@ DEFAULT_OFFSETS = {"encoder_self": [-1, 1], "decoder_self": [-1, 0], "cross": [-
 CENTRES = ("floor", "continuous")
 
 
+# Memoised tables and kernels: at most this many bytes, least recently used dropped first.
+TABLE_MEMO_BYTES = 64 * 2**20
+_table_memo: OrderedDict = OrderedDict()
+
+
 def gaussian_density(distance: torch.Tensor, sigma: float) -> torch.Tensor:
     return torch.exp(-(distance**2) / (2 * sigma**2)) / (sigma * math.sqrt(2 * math.pi))
+
+
+@functools.lru_cache(maxsize=None)
+def gaussian_radius(sigma: float, dtype: torch.dtype) -> int:
+    """Smallest R whose dropped weights (all |distance| > R, both sides) sum to at most half an ulp
+    of the peak weight in `dtype`: cutting there changes an output by no more than rounding one
+    product does. σ = 1: R = 5 in float32, 8 in float64."""
+    tolerance = torch.finfo(dtype).eps / 2
+    relative = [math.exp(-(r**2) / (2 * sigma**2)) for r in range(int(40 * sigma) + 2)]  # weight / peak
+    radius = 0
+    while 2 * sum(relative[radius + 1 :]) > tolerance:
+        radius += 1
+    return radius
+
+
+def memoised(key: tuple, build) -> torch.Tensor:
+    """`build()` once per key, kept in `_table_memo` (bounded by `TABLE_MEMO_BYTES`).
+
+    Keys hold everything a table depends on, including whether inference mode is on: a tensor
+    made in inference mode cannot be saved for backward outside it.
+    """
+    key = key + (torch.is_inference_mode_enabled(),)
+    table = _table_memo.get(key)
+    if table is not None:
+        _table_memo.move_to_end(key)
+        return table
+    table = build()
+    _table_memo[key] = table
+    total = sum(t.numel() * t.element_size() for t in _table_memo.values())
+    while total > TABLE_MEMO_BYTES and len(_table_memo) > 1:
+        _, dropped = _table_memo.popitem(last=False)
+        total -= dropped.numel() * dropped.element_size()
+    return table
+
+
+def apply_table(table: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """table (heads, q_len, k_len) × value (batch, heads, k_len, d) -> (batch, heads, q_len, d).
+
+    One product per head over batch·d columns, so the table is never copied per example (a
+    broadcasting `matmul` expands it to (batch·heads, q_len, k_len) and keeps that copy for backward).
+    """
+    batch_size, num_heads, key_length, head_dim = value.shape
+    columns = value.permute(1, 2, 0, 3).reshape(num_heads, key_length, batch_size * head_dim)
+    return torch.bmm(table, columns).view(num_heads, -1, batch_size, head_dim).permute(2, 0, 1, 3)
+
+
+def zero_padding(value: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    """Values (batch, heads, k_len, d) with padded keys zeroed: the same as cutting their weights,
+    without a per-batch weight tensor."""
+    if key_padding_mask is None:
+        return value
+    return value * key_padding_mask[:, None, :, None].to(value.dtype)
+
+
+def shifted_sum(value: torch.Tensor, kernel: torch.Tensor, first_distance: int, taps: list[int]) -> torch.Tensor:
+    """A depthwise convolution along the sequence, zero outside it.
+
+    value: (batch, heads, len, d); kernel: (heads, taps), tap t at distance first_distance + t;
+    output[:, h, i] = Σ_t kernel[h, t] · value[:, h, i + first_distance + t]. Only the tap indices
+    in `taps` (the non-zero columns) are summed: O(len · taps) instead of O(len²).
+    """
+    length = value.shape[-2]
+    output = value.new_zeros(value.shape)
+    for tap in taps:
+        distance = first_distance + tap
+        if abs(distance) >= length:
+            continue
+        weight = kernel[:, tap].view(1, -1, 1, 1)
+        if distance >= 0:
+            output[:, :, : length - distance].addcmul_(value[:, :, distance:], weight)
+        else:
+            output[:, :, -distance:].addcmul_(value[:, :, : length + distance], weight)
+    return output
 
 
 @register_attention("hard_coded")
 class HardCodedGaussianHeads(AttentionHeads):
     option_names = ("offsets", "sigma", "window", "indexing", "centre")
+    fast_path = True  # `attention.set_attention_fast_paths(model, False)` selects the reference path
 
     @classmethod
     def normalize_spec(cls, spec, site, field):
@@ -86,10 +180,10 @@ class HardCodedGaussianHeads(AttentionHeads):
         offsets = torch.tensor(self.spec["offsets"], dtype=torch.float64, device=positions.device)
         return positions[None, :] + offsets[:, None]
 
-    def weight_table(self, query_positions: torch.Tensor, key_length: int, is_causal: bool) -> torch.Tensor:
+    def weight_table(self, query_positions: torch.Tensor, key_positions: torch.Tensor, is_causal: bool) -> torch.Tensor:
         """Input-agnostic weights (heads, q_len, k_len), cut (not renormalised) by the causal mask."""
         mu = self.centres(query_positions)[:, :, None]
-        key_positions = torch.arange(key_length, dtype=torch.float64, device=mu.device)[None, None, :]
+        key_positions = key_positions.to(torch.float64)[None, None, :]
         nearest = torch.floor(mu + 0.5)
         if self.spec["indexing"]:
             weights = (key_positions == nearest).to(torch.float64)
@@ -101,15 +195,113 @@ class HardCodedGaussianHeads(AttentionHeads):
             weights = weights * (key_positions <= query_positions.to(torch.float64)[None, :, None])
         return weights
 
+    def key_positions(self, query_positions: torch.Tensor, key_length: int) -> torch.Tensor:
+        """Absolute positions of the keys. Self-attention keys end at the last query, whether the
+        cache holds every earlier position or only the last few (see `decoding_lookback`)."""
+        first = 0 if self.site == "cross" else int(query_positions[-1]) + 1 - key_length
+        return torch.arange(first, first + key_length, device=query_positions.device)
+
+    def spec_key(self) -> tuple:
+        spec = self.spec
+        ratio = self.config.length_ratio if self.site == "cross" else None
+        return (self.site == "cross", tuple(spec["offsets"]), spec["sigma"], spec["window"], spec["indexing"],
+                spec["centre"], ratio)
+
+    def kernel_radius(self, dtype: torch.dtype) -> int:
+        """How far from its centre a head puts non-negligible weight (see `gaussian_radius`)."""
+        if self.spec["indexing"]:
+            return 0
+        if self.spec["window"] is not None:
+            return self.spec["window"] // 2
+        return gaussian_radius(self.spec["sigma"], dtype)
+
+    def first_distance(self, dtype: torch.dtype) -> int:
+        """The smallest key distance j - i that carries weight in self attention."""
+        return min(self.spec["offsets"]) - self.kernel_radius(dtype)
+
+    def relative_kernel(self, is_causal: bool, dtype: torch.dtype, device) -> tuple[int, torch.Tensor]:
+        """Self attention as a convolution: (first, kernel (heads, taps) in `dtype`), where tap t
+        weighs the key at distance j - i = first + t."""
+        first = self.first_distance(dtype)
+        last = max(self.spec["offsets"]) + self.kernel_radius(dtype)
+        if is_causal:
+            last = min(last, 0)
+
+        def build():
+            # One query at position -first sees the taps as keys 0..last-first.
+            query = torch.tensor([-first], device=device)
+            keys = torch.arange(last - first + 1, device=device)
+            return self.weight_table(query, keys, is_causal)[:, 0].to(dtype)
+
+        return first, memoised(("kernel", self.spec_key(), is_causal, first, last, dtype, device), build)
+
+    def decoding_lookback(self, dtype: torch.dtype) -> int | None:
+        """How many earlier positions a cached decoder self-attention step reads; the cache may drop
+        the rest (None: this group needs them all)."""
+        if not self.fast_path or self.site != "decoder_self":
+            return None
+        return max(0, -self.first_distance(dtype))
+
     def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
-        weights = self.weight_table(context.query_positions, value.shape[-2], context.is_causal).to(value.dtype)
-        if context.key_padding_mask is not None:
-            # Zeroing padded values equals cutting their weights, without a per-batch weight tensor.
-            value = value * context.key_padding_mask[:, None, :, None].to(value.dtype)
-        output = torch.matmul(weights[None], value)
+        key_length = value.shape[-2]
+        key_padding_mask = context.key_padding_mask
+        if key_padding_mask is not None:
+            # A decoder cache that dropped early positions holds only the last key_length keys.
+            key_padding_mask = key_padding_mask[:, key_padding_mask.shape[1] - key_length :]
+        positions = context.query_positions
+        start, query_length = int(positions[0]), positions.shape[0]
+        consecutive = int(positions[-1]) - start == query_length - 1  # memoised tables assume it
+        if output_attentions or not self.fast_path or not consecutive:
+            return self.reference_forward(value, context, key_padding_mask, output_attentions)
+        if self.site == "cross":
+            table = memoised(
+                ("cross", self.spec_key(), start, query_length, key_length, value.dtype, value.device),
+                lambda: self.weight_table(positions, self.key_positions(positions, key_length), False).to(value.dtype),
+            )
+            return apply_table(table, zero_padding(value, key_padding_mask)), None
+        return self.self_attention(value, key_padding_mask, start, query_length, context.is_causal), None
+
+    def self_attention(
+        self, value: torch.Tensor, key_padding_mask: torch.Tensor | None, start: int, query_length: int, is_causal: bool
+    ) -> torch.Tensor:
+        """value: (batch, heads, k_len, d), keys ending at the last query (start + query_length - 1)."""
+        key_length = value.shape[-2]
+        first, kernel = self.relative_kernel(is_causal, value.dtype, value.device)
+        if query_length == key_length > 1:
+            taps = kernel.any(dim=0).nonzero()[:, 0].tolist()  # columns not zero for every head
+            # A tap (one pass over the values) costs about as much as 3-4 keys of the table product.
+            if 4 * len(taps) <= key_length:
+                return shifted_sum(zero_padding(value, key_padding_mask), kernel, first, taps)
+        # Only keys within the kernel's reach of some query: [start + first, last query + last tap].
+        first_key = start + query_length - key_length
+        reach_start = max(first_key, start + first)
+        reach_end = min(first_key + key_length, start + query_length + first + kernel.shape[-1] - 1)
+        if reach_end <= reach_start:
+            return value.new_zeros(*value.shape[:2], query_length, value.shape[-1])
+        reach = slice(reach_start - first_key, reach_end - first_key)
+        value = value[:, :, reach]
+        if key_padding_mask is not None:
+            value = zero_padding(value, key_padding_mask[:, reach])
+        # The weights depend on j - i only: one table per (query offset in the reach, sizes).
+        relative_start, reach_length = start - reach_start, reach_end - reach_start
+
+        def build():
+            queries = torch.arange(relative_start, relative_start + query_length, device=value.device)
+            keys = torch.arange(reach_length, device=value.device)
+            return self.weight_table(queries, keys, is_causal).to(value.dtype)
+
+        key = ("self", self.spec_key(), is_causal, relative_start, query_length, reach_length, value.dtype, value.device)
+        return apply_table(memoised(key, build), value)
+
+    def reference_forward(self, value, context: AttentionContext, key_padding_mask, output_attentions):
+        """The full (heads, q_len, k_len) weight table times the (padding-zeroed) values."""
+        positions = context.query_positions
+        key_positions = self.key_positions(positions, value.shape[-2])
+        weights = self.weight_table(positions, key_positions, context.is_causal).to(value.dtype)
+        output = torch.matmul(weights[None], zero_padding(value, key_padding_mask))
         if not output_attentions:
             return output, None
         batch_weights = weights[None].expand(value.shape[0], -1, -1, -1)
-        if context.key_padding_mask is not None:
-            batch_weights = batch_weights * context.key_padding_mask[:, None, None, :].to(weights.dtype)
+        if key_padding_mask is not None:
+            batch_weights = batch_weights * key_padding_mask[:, None, None, :].to(weights.dtype)
         return output, batch_weights

@@ -10,7 +10,9 @@ and dP continues through the softmax to S, Q and K.
 Inference: index = argmax(S) over the allowed keys, no softmax (Eq. 11); deterministic.
 
 Masked keys (padding, causal) have probability exactly 0 and are never picked; a query without any
-allowed key gets a zero output. Attention dropout does not apply (a one-hot row has nothing to
+allowed key gets a zero output. At inference the fast path (the default) skips the mask entirely
+when every key is visible (no padding; encoder and cross attention, or a cached decoding step)
+and otherwise fills masked scores in place: argmax, gather, no softmax and no weighted sum. Attention dropout does not apply (a one-hot row has nothing to
 drop). With `output_attentions` the returned weights are the one-hot rows actually used.
 The parameters are exactly those of `dot`, so a model trained with one can decode with the other
 (the paper's Table 4) by changing the kind in its layout.
@@ -54,9 +56,12 @@ class HardRetrievalHeads(AttentionHeads):
     """One-hot attention: sampled from softmax(QKᵀ/√d) in training, argmax of QKᵀ at inference."""
 
     uses_query_key = True
+    fast_path = True  # `attention.set_attention_fast_paths(model, False)` selects the reference path
 
     def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
         # query: (batch, heads, q_len, d); key, value: (batch, heads, k_len, d)
+        if self.fast_path and not (self.training or output_attentions):
+            return self.retrieve_best(query, key, value, context), None
         allowed = context.allowed_keys(key.shape[-2])  # (batch or 1, 1, q_len, k_len)
         scores = dot_product_scores(query, key, allowed)  # (batch, heads, q_len, k_len)
         if self.training:
@@ -73,3 +78,13 @@ class HardRetrievalHeads(AttentionHeads):
             return output, None
         one_hot = torch.zeros_like(scores).scatter_(-1, index[..., None], 1.0) * has_key
         return output, one_hot
+
+    def retrieve_best(self, query, key, value, context: AttentionContext) -> torch.Tensor:
+        """Inference: the value of the highest-scoring allowed key, (batch, heads, q_len, d)."""
+        scores = torch.matmul(query, key.transpose(-1, -2)) * query.shape[-1] ** -0.5  # (batch, heads, q, k)
+        # Without padding, a non-causal query or the single (last) query of a decoding step sees every key.
+        if context.key_padding_mask is None and (not context.is_causal or query.shape[-2] == 1):
+            return retrieve(value, scores.argmax(dim=-1))
+        allowed = context.allowed_keys(key.shape[-2])  # (batch or 1, 1, q_len, k_len)
+        index = scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min).argmax(dim=-1)
+        return retrieve(value, index) * allowed.any(dim=-1)[..., None]

@@ -28,6 +28,11 @@ Options:
 
 In decoder self-attention the masks combine with causality: `next-k` heads see no key at all and
 their weights (and outputs) are zero; `band-k` heads keep their past half.
+
+With `renormalize` and no `global` head, the fast path (the default; the reference path runs when
+the weights are requested) never forms the (q_len, k_len) scores: it scores each query against the
+keys at the distances its heads may see (the union of their bands, `taps`), one shifted
+elementwise product per distance, and sums the values the same way: O(n·taps) time and memory.
 """
 
 import re
@@ -86,6 +91,34 @@ def local_masks(mask_names: list[str], query_positions: torch.Tensor, key_length
     return torch.stack(masks)
 
 
+def mask_distances(name: str) -> range | None:
+    """The key distances j - i a mask lets through, or None for `global` (every distance)."""
+    kind, distance = parse_mask(name)
+    if kind == "global":
+        return None
+    if kind == "identity":
+        return range(0, 1)
+    if kind == "prev":
+        return range(-distance, -distance + 1)
+    if kind == "next":
+        return range(distance, distance + 1)
+    return range(-distance, distance + 1)
+
+
+def shifted_keys(states: torch.Tensor, first_query: int, query_length: int, distance: int) -> torch.Tensor:
+    """(batch, heads, q_len, d): for query i (at position first_query + i) the state at position
+    first_query + i + distance of `states` (batch, heads, k_len, d), zero outside the keys."""
+    key_length = states.shape[-2]
+    start = first_query + distance
+    inside_start, inside_end = max(start, 0), min(start + query_length, key_length)
+    if inside_start == start and inside_end == start + query_length:
+        return states[:, :, start : start + query_length]
+    shifted = states.new_zeros(*states.shape[:2], query_length, states.shape[-1])
+    if inside_end > inside_start:
+        shifted[:, :, inside_start - start : inside_end - start] = states[:, :, inside_start:inside_end]
+    return shifted
+
+
 def positive_int(value, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise LayoutError(f"{field}: expected a positive integer, got {value!r}")
@@ -99,6 +132,7 @@ class LocalMaskHeads(AttentionHeads):
     sites = ("encoder_self", "decoder_self")
     uses_query_key = True
     option_names = ("masks", "query_key_sets", "heads_per_query_key_set", "renormalize")
+    fast_path = True  # `attention.set_attention_fast_paths(model, False)` selects the reference path
 
     @classmethod
     def normalize_spec(cls, spec, site, field):
@@ -140,6 +174,12 @@ class LocalMaskHeads(AttentionHeads):
         sets = spec["query_key_sets"]
         # Contiguous sets as equal as possible, the first ones larger: 5 heads in 3 sets -> 2, 2, 1.
         self.heads_per_set = [self.num_heads // sets + (index < self.num_heads % sets) for index in range(sets)]
+        # The banded path: the distances any head sees (`taps`) and which head sees which.
+        head_distances = [mask_distances(name) for name in spec["masks"]]
+        self.taps = None
+        if spec["renormalize"] and None not in head_distances:
+            self.taps = sorted({d for distances in head_distances for d in distances})
+            self.head_taps = [[tap in distances for tap in self.taps] for distances in head_distances]
 
     def expand_sets_to_heads(self, per_set: torch.Tensor) -> torch.Tensor:
         """(batch, sets, q_len, k_len) -> (batch, heads, q_len, k_len), each set repeated for its heads."""
@@ -148,6 +188,10 @@ class LocalMaskHeads(AttentionHeads):
 
     def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
         # query: (batch, sets, q_len, d); key: (batch, sets, k_len, d); value: (batch, heads, k_len, d)
+        if self.fast_path and self.taps is not None and not output_attentions:
+            positions = context.query_positions
+            if int(positions[-1]) - int(positions[0]) == positions.shape[0] - 1:  # consecutive queries
+                return self.banded(query, key, value, context), None
         key_length = key.shape[-2]
         allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q_len, k_len)
         local = local_masks(self.spec["masks"], context.query_positions, key_length)[None]  # (1, heads, q_len, k_len)
@@ -167,3 +211,33 @@ class LocalMaskHeads(AttentionHeads):
         )
         output = torch.matmul(weights, value)  # (batch, heads, q_len, d)
         return output, weights if output_attentions else None
+
+    def banded(self, query, key, value, context: AttentionContext) -> torch.Tensor:
+        """Renormalised weights over each head's band only (the fast path): (batch, heads, q_len, d)."""
+        first_query, query_length, key_length = int(context.query_positions[0]), query.shape[-2], key.shape[-2]
+        taps = torch.tensor(self.taps, device=query.device)
+        # Scores against the key at each distance: (batch, sets, q_len, taps), then per head.
+        scores = torch.stack(
+            [(query * shifted_keys(key, first_query, query_length, d)).sum(-1) for d in self.taps], dim=-1
+        )
+        scores = self.expand_sets_to_heads(scores * self.head_dim**-0.5)  # (batch, heads, q_len, taps)
+        # The (query, tap) pairs a head may use: its mask, inside the sequence, causal, not padding.
+        key_positions = context.query_positions[:, None] + taps[None, :]  # (q_len, taps)
+        keep = (key_positions >= 0) & (key_positions < key_length)
+        if context.is_causal:
+            keep = keep & (taps[None, :] <= 0)
+        keep = keep[None, None] & torch.tensor(self.head_taps, device=query.device)[None, :, None, :]
+        if context.key_padding_mask is not None:
+            real = context.key_padding_mask.to(torch.int8)[:, None, :, None]  # (batch, 1, k_len, 1)
+            real = torch.stack([shifted_keys(real, first_query, query_length, d)[..., 0] for d in self.taps], -1)
+            keep = keep & real.bool()  # (batch, heads, q_len, taps)
+        # As the reference: softmax over the kept keys, and rows without any kept key all zero.
+        weights = torch.softmax(scores.masked_fill(~keep, torch.finfo(scores.dtype).min), dim=-1) * keep
+        weights = nn.functional.dropout(
+            weights, p=self.config.attention_dropout if self.training else 0.0, training=self.training
+        )
+        output = None
+        for index, distance in enumerate(self.taps):
+            term = weights[..., index, None] * shifted_keys(value, first_query, query_length, distance)
+            output = term if output is None else output + term
+        return output

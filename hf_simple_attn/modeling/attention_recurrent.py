@@ -26,10 +26,13 @@ position t uses row t. Values and the output are projected as usual; there is no
 projection. Inputs longer than `max_positions` raise a `ValueError`.
 """
 
+from collections import OrderedDict
+
 import torch
 from torch import nn
 from transformers import initialization as init
 
+from .attention_hard_coded import apply_table
 from .attention_registry import AttentionContext, AttentionHeads, LayoutError, register_attention
 
 
@@ -80,6 +83,19 @@ def check_sequence_length(length: int, max_positions: int, kind: str, site: str)
         )
 
 
+def position_weights(logits: torch.Tensor, context: AttentionContext, key_length: int, dtype) -> torch.Tensor:
+    """softmax of the logits over the allowed keys: (batch or 1, heads, q_len, k_len).
+
+    logits: (heads, M, M), row i = query position i. In self attention every query position is
+    below k_len, so rows `query_positions` and the first k_len columns cover everything (a
+    cached step at position t reads row t).
+    """
+    scores = logits.index_select(1, context.query_positions)[:, :, :key_length].to(dtype)  # (heads, q, k)
+    allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q, k)
+    scores = scores[None].masked_fill(~allowed, torch.finfo(scores.dtype).min)  # (batch or 1, heads, q, k)
+    return torch.softmax(scores, dim=-1)
+
+
 def attend_with_position_logits(
     logits: torch.Tensor,
     value: torch.Tensor,
@@ -88,17 +104,9 @@ def attend_with_position_logits(
     training: bool,
     output_attentions: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax of the logits over the allowed keys, times the values.
-
-    logits: (heads, M, M), row i = query position i; value: (batch, heads, k_len, head_dim).
-    In self attention every query position is below k_len, so rows `query_positions` and the
-    first k_len columns cover everything (a cached step at position t reads row t).
-    """
-    batch_size, key_length = value.shape[0], value.shape[-2]
-    scores = logits.index_select(1, context.query_positions)[:, :, :key_length].to(value.dtype)  # (heads, q, k)
-    allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q, k)
-    scores = scores[None].masked_fill(~allowed, torch.finfo(scores.dtype).min)  # (batch or 1, heads, q, k)
-    weights = torch.softmax(scores, dim=-1)
+    """softmax of the logits (heads, M, M) over the allowed keys, times the values (batch, heads, k_len, head_dim)."""
+    batch_size = value.shape[0]
+    weights = position_weights(logits, context, value.shape[-2], value.dtype)
     if training and dropout > 0:
         # One dropout mask per example, not one shared by the batch.
         weights = nn.functional.dropout(weights.expand(batch_size, -1, -1, -1), p=dropout, training=True)
@@ -204,12 +212,57 @@ class RecurrentAttentionState(nn.Module):
         return self._cached_logits[layer]
 
 
+class PositionWeightsMemo:
+    """`position_weights` (1, heads, q_len, k_len) per (query block, key length, dtype), valid for one
+    logits tensor at one version; bounded in bytes (least recently used dropped first)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.logits = None  # kept alive, so that its identity cannot pass to a new tensor
+        self.version = None
+        self.weights = OrderedDict()
+        self.bytes = 0
+
+    def get(self, logits: torch.Tensor, context: AttentionContext, key_length: int, dtype) -> torch.Tensor:
+        # Inference tensors (RAN logits cached in inference mode) have no version counter; RAN makes
+        # new logits whenever its parameters change.
+        in_place_updates = None if logits.is_inference() else logits._version
+        version = (in_place_updates, logits.device, logits.dtype, torch.is_inference_mode_enabled())
+        if self.logits is not logits or self.version != version:
+            self.logits, self.version, self.weights, self.bytes = logits, version, OrderedDict(), 0
+        positions = context.query_positions
+        key = (int(positions[0]), positions.shape[0], key_length, context.is_causal, dtype)
+        weights = self.weights.get(key)
+        if weights is not None:
+            self.weights.move_to_end(key)
+            return weights
+        weights = position_weights(logits, context, key_length, dtype)
+        self.weights[key] = weights
+        self.bytes += weights.numel() * weights.element_size()
+        while self.bytes > self.max_bytes and len(self.weights) > 1:
+            _, dropped = self.weights.popitem(last=False)
+            self.bytes -= dropped.numel() * dropped.element_size()
+        return weights
+
+
 class PositionLogitsHeads(AttentionHeads):
-    """Shared by both families: learned position logits, softmax over allowed keys, values only."""
+    """Shared by both families: learned position logits, softmax over allowed keys, values only.
+
+    Fast path (inference without padding): the weights depend on positions only, so each
+    (query block, key length) gets its softmax once, memoised until the logits change (a new
+    tensor or an in-place update), and every batch and decoding step reuses it. Edits through
+    `.data` bypass the version counters: call `model.eval()` after them.
+    """
 
     sites = SELF_ATTENTION_SITES
     uses_query_key = False
     default_attention_dropout: float | None = None
+    fast_path = True  # `attention.set_attention_fast_paths(model, False)` selects the reference path
+    memo_bytes = 16 * 2**20  # the memoised weights of one layer stay below this size
+
+    def __init__(self, spec, config, site, layer_idx, head_dim):
+        super().__init__(spec, config, site, layer_idx, head_dim)
+        self.clear_memo()
 
     @property
     def attention_dropout(self) -> float:
@@ -220,9 +273,26 @@ class PositionLogitsHeads(AttentionHeads):
         """The logits (heads, M, M) this layer attends with."""
         raise NotImplementedError
 
+    def train(self, mode: bool = True):
+        self.clear_memo()
+        return super().train(mode)
+
+    def clear_memo(self) -> None:
+        self.weights_memo = PositionWeightsMemo(self.memo_bytes)
+
     def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
         check_sequence_length(value.shape[-2], self.spec["max_positions"], self.kind, self.site)
         logits = self.position_logits(context)
+        positions = context.query_positions
+        if (
+            self.fast_path
+            and not (self.training or output_attentions)
+            and not (torch.is_grad_enabled() and logits.requires_grad)
+            and context.key_padding_mask is None
+            and int(positions[-1]) - int(positions[0]) == positions.shape[0] - 1
+        ):
+            weights = self.weights_memo.get(logits, context, value.shape[-2], value.dtype)
+            return apply_table(weights[0], value), None
         return attend_with_position_logits(
             logits, value, context, self.attention_dropout, self.training, output_attentions
         )
