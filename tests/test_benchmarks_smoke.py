@@ -1,0 +1,82 @@
+"""Each benchmark script runs on a tiny size in seconds and writes valid JSON (and a chart when
+matplotlib is installed)."""
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+
+import bench_decoding  # noqa: E402
+import bench_length_scaling  # noqa: E402
+import bench_training  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    yield
+    torch.set_num_threads(1)  # the scripts set their own thread count
+
+
+def load(path):
+    with open(path) as handle:
+        data = json.load(handle)
+    assert data["environment"]["torch_threads"] == 1
+    return data
+
+
+def test_decoding_benchmark(tmp_path):
+    output = tmp_path / "decoding.json"
+    bench_decoding.main([
+        "--sizes", "tiny", "--models", "MarianMTModel", "base", "hc-sa", "hc-sa:reference", "--batch-sizes", "1", "3",
+        "--beams", "1", "2", "--new-tokens", "3", "--single-sentences", "2", "--repeats", "2", "--threads", "1",
+        "--output", str(output),
+    ])
+    data = load(output)
+    assert [(c["batch_size"], c["num_beams"]) for c in data["cells"]] == [(1, 1), (1, 2), (3, 1), (3, 2)]
+    for cell in data["cells"]:
+        assert set(cell["models"]) == {"MarianMTModel", "base", "hc-sa", "hc-sa:reference"}
+        base = cell["models"]["base"]
+        assert base["speedup_vs_base"]["ratio_of_medians"] == 1.0 and base["sentences_per_second"]["n"] == 2
+        assert cell["models"]["hc-sa"]["speedup_vs_MarianMTModel"]["paired"]["n"] == 2
+    assert data["targets"] == []  # targets are checked at opus-mt size only
+    assert data["chart"] is None or os.path.exists(data["chart"])
+
+
+def test_training_benchmark(tmp_path):
+    output = tmp_path / "training.json"
+    bench_training.main([
+        "--sizes", "tiny", "--models", "MarianMTModel", "base", "hc-sa", "--batch-size", "2", "--source-length", "6",
+        "--target-length", "5", "--memory-batch-sizes", "1", "2", "4", "--repeats", "2", "--threads", "1",
+        "--output", str(output),
+    ])
+    data = load(output)
+    models = data["sizes"][0]["models"]
+    for name, entry in models.items():
+        memory = entry["memory"]
+        assert memory["peak_bytes"][0] < memory["peak_bytes"][-1], name  # grows with the batch
+        assert memory["fit_bytes_per_sentence"] > 0 and memory["max_tokens_per_batch"] % 11 == 0
+        assert entry["tokens_per_second"]["n"] == 2
+    # our base has Marian's parameters and activations: the same memory, up to a few small tensors
+    for ours, marian in zip(models["base"]["memory"]["peak_bytes"], models["MarianMTModel"]["memory"]["peak_bytes"]):
+        assert ours == pytest.approx(marian, rel=1e-3)
+    assert models["base"]["vs_base"]["tokens_per_batch_ratio"] == 1.0
+
+
+def test_length_scaling_benchmark(tmp_path):
+    output = tmp_path / "length_scaling.json"
+    bench_length_scaling.main([
+        "--size", "tiny", "--models", "BertModel", "base", "hc-sa-conv", "hc-sa-conv:reference",
+        "--lengths", "16", "32", "64", "--reference-max-length", "32", "--slope-from", "16", "--repeats", "1",
+        "--threads", "1", "--output", str(output),
+    ])
+    models = load(output)["models"]
+    assert models["hc-sa-conv"]["lengths"] == [16, 32, 64] and models["hc-sa-conv:reference"]["lengths"] == [16, 32]
+    # the reference path builds (heads, n, n) tables; the convolution does not
+    assert models["hc-sa-conv:reference"]["memory_exponent"] > models["hc-sa-conv"]["memory_exponent"]
+    assert all(b > 0 for b in models["BertModel"]["peak_bytes"])
