@@ -1,0 +1,76 @@
+"""Upload a finished checkpoint (weights, config, modeling code, tokenizer, card, results) to the Hub.
+
+`push_checkpoint` only reads `output_dir`: whatever fails (no token, no network, a refused
+repository), the local checkpoint stays as it is, and the error says so and how to retry.
+Intermediate training states (`checkpoint-*`, `step_*`, `epoch_*` folders, optimizer states) are
+not uploaded: `files_to_push` lists exactly what would be committed.
+"""
+
+from pathlib import Path
+
+from huggingface_hub import HfApi
+
+
+DEFAULT_COMMIT_MESSAGE = "Upload hf_simple_attn checkpoint"
+# Top-level files that belong to a training run's resumable state, not to the model.
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth")
+
+
+def files_to_push(output_dir) -> list[str]:
+    """Names of the files `push_checkpoint` uploads: the top-level files of `output_dir`, sorted.
+
+    Subfolders (intermediate checkpoints, logs), hidden files and resumable training state
+    (optimizer, scheduler, random-number states) stay local.
+    """
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"output_dir: {folder} is not a folder")
+    return sorted(
+        path.name
+        for path in folder.iterdir()
+        if path.is_file()
+        and not path.name.startswith(".")
+        and path.name not in TRAINING_STATE_FILES
+        and not (path.name.startswith("rng_state") and path.suffix == ".pth")
+    )
+
+
+def push_checkpoint(
+    output_dir,
+    repo_id: str,
+    *,
+    token=None,
+    private: bool = False,
+    commit_message: str = DEFAULT_COMMIT_MESSAGE,
+) -> str:
+    """Create (or reuse) the model repository `repo_id` and commit `files_to_push(output_dir)`.
+
+    Returns the URL of the commit. `repo_id` may omit the namespace (the token's user is used).
+    Any failure raises `RuntimeError` naming the step that failed; local files are never changed.
+    """
+    folder = Path(output_dir)
+    files = files_to_push(folder)
+    if "config.json" not in files:
+        raise RuntimeError(f"Not pushing {folder}: it has no config.json, so it is not a saved checkpoint")
+    api = HfApi(token=token)
+    step = f"creating the repository {repo_id!r}"
+    try:
+        repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        step = f"uploading {len(files)} files to {repo_url.repo_id!r}"
+        commit = api.upload_folder(
+            repo_id=repo_url.repo_id,
+            folder_path=str(folder),
+            allow_patterns=files,
+            commit_message=commit_message,
+            repo_type="model",
+        )
+    except Exception as error:  # network, authentication, permissions: all reported the same way
+        raise RuntimeError(
+            f"Pushing to the Hub failed while {step}: {type(error).__name__}: {error}. "
+            f"The local checkpoint at {folder} is intact; retry with "
+            f"hf_simple_attn.hub.push_checkpoint({str(folder)!r}, {repo_id!r}) once the problem is fixed."
+        ) from error
+    return str(commit.commit_url)
+
+
+__all__ = ["files_to_push", "push_checkpoint"]

@@ -1,0 +1,261 @@
+"""Model cards (metadata, layout table, counts, usage) and the Hub upload path, offline.
+
+`HfApi.create_repo` / `upload_folder` are mocked; the files that would be committed are the
+ones `upload_folder`'s own filter keeps for the `allow_patterns` that `push_checkpoint` passes.
+"""
+
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from huggingface_hub import HfApi, ModelCard, RepoUrl
+from huggingface_hub.utils import filter_repo_objects
+
+from conftest import TINY_MARIAN
+from hf_simple_attn import (
+    SimpleAttnBertConfig,
+    SimpleAttnBertForSequenceClassification,
+    SimpleAttnMarianConfig,
+    SimpleAttnMarianMTModel,
+)
+from hf_simple_attn.analysis import layout_table
+from hf_simple_attn.hub import files_to_push, push_checkpoint
+from hf_simple_attn.model_card import parse_metrics, write_model_card
+
+
+METRICS = {
+    "train_loss": 3.1,
+    "train_runtime": 12.0,
+    "eval_loss": 2.5,
+    "eval_bleu": 12.3456,
+    "eval_chrf": 40.5,
+    "eval_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+    "eval_runtime": 1.5,
+    "eval_samples_per_second": 10.0,
+    "eval_samples": 500,
+    "predict_bleu": 11.0,
+    "epoch": 1.0,
+}
+
+
+@pytest.fixture(scope="module")
+def marian_model():
+    config = SimpleAttnMarianConfig.from_preset("sh-x", length_ratio=0.875, **TINY_MARIAN)
+    return SimpleAttnMarianMTModel(config)
+
+
+def test_parse_metrics_keeps_quality_metrics_with_their_split():
+    parsed = {(split, name): value for split, name, _, _, value in parse_metrics(METRICS)}
+    assert parsed == {
+        ("validation", "loss"): 2.5,
+        ("validation", "bleu"): 12.3456,
+        ("validation", "chrf"): 40.5,
+        ("test", "bleu"): 11.0,
+    }
+
+
+def test_translation_card_metadata_and_body(marian_model, tmp_path):
+    path = write_model_card(
+        tmp_path / "run",
+        marian_model,
+        task="translation",
+        dataset_name="wmt16",
+        metrics=METRICS,
+        language=["en", "de"],
+        training_summary={"steps": 400, "BLEU signature": METRICS["eval_bleu_signature"]},
+        model_id="someone/sh-x-en-de",
+    )
+    assert path == tmp_path / "run" / "README.md"
+    card = ModelCard.load(path)
+    data = card.data
+    assert data.library_name == "transformers" and data.pipeline_tag == "translation"
+    assert data.language == ["en", "de"] and data.datasets == ["wmt16"] and data.model_name == "someone/sh-x-en-de"
+    assert {"hf_simple_attn", "simple_attn_marian", "translation", "hard_coded", "dot", "sh-x"} <= set(data.tags)
+    results = {(r.dataset_split, r.metric_type): r.metric_value for r in data.eval_results}
+    assert results == {
+        ("validation", "loss"): 2.5,
+        ("validation", "sacrebleu"): 12.3456,
+        ("validation", "chrf"): 40.5,
+        ("test", "sacrebleu"): 11.0,
+    }
+    assert all(r.task_type == "translation" and r.dataset_type == "wmt16" for r in data.eval_results)
+
+    body = card.text
+    assert layout_table(marian_model.config) in body
+    assert f"{sum(p.numel() for p in marian_model.parameters()):,} parameters" in body
+    assert "Length ratio γ" in body and "0.875" in body
+    assert "You, Sun and Iyyer 2020" in body and "trained from scratch" in body
+    assert "| validation | BLEU | 12.35 |" in body and "| test | BLEU | 11 |" in body
+    assert "| BLEU signature | nrefs:1\\|case:mixed" in body  # pipes escaped inside the table
+    assert 'pipeline("translation", model="someone/sh-x-en-de", trust_remote_code=True)' in body
+    assert "import hf_simple_attn" in body and 'AutoModelForSeq2SeqLM.from_pretrained("someone/sh-x-en-de")' in body
+
+
+def test_card_of_a_converted_model_with_local_data(marian_model, tmp_path):
+    card = ModelCard.load(
+        write_model_card(
+            tmp_path / "out-dir",
+            marian_model,
+            task="translation",
+            dataset_name="hf_simple_attn:embedded",
+            metrics={},
+            base_model="Helsinki-NLP/opus-mt-en-de",
+        )
+    )
+    assert card.data.datasets is None and card.data.eval_results is None  # not a Hub dataset, no results
+    assert card.data.base_model == "Helsinki-NLP/opus-mt-en-de" and card.data.model_name == "out-dir"
+    assert "converted from\n`Helsinki-NLP/opus-mt-en-de`" in card.text and "`hf_simple_attn:embedded`" in card.text
+    assert 'model="out-dir"' in card.text and "## Results" not in card.text
+
+
+def test_classification_and_summarization_cards(tmp_path):
+    config = SimpleAttnBertConfig.from_preset(
+        "band2", vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+    )
+    classifier = SimpleAttnBertForSequenceClassification(config)
+    card = ModelCard.load(
+        write_model_card(
+            tmp_path / "cls",
+            classifier,
+            task="text-classification",
+            dataset_name="glue",
+            metrics={"eval_accuracy": 0.8125, "eval_matthews_correlation": 0.5},
+        )
+    )
+    assert card.data.pipeline_tag == "text-classification" and "local" in card.data.tags
+    assert {(r.metric_type, r.metric_value) for r in card.data.eval_results} == {
+        ("accuracy", 0.8125),
+        ("matthews_correlation", 0.5),
+    }
+    attention_parameters = sum(p.numel() for n, p in classifier.named_parameters() if ".attention." in n)
+    assert f"({attention_parameters:,} in attention sublayers)" in card.text and attention_parameters > 0
+    assert 'pipeline("text-classification", model="cls", trust_remote_code=True)' in card.text
+    assert layout_table(config) in card.text and "hidden size 32, 2 layers, 4 heads" in card.text
+
+    summarizer = SimpleAttnMarianMTModel(SimpleAttnMarianConfig(**TINY_MARIAN))
+    card = ModelCard.load(
+        write_model_card(
+            tmp_path / "sum", summarizer, task="summarization", dataset_name=None, metrics={"predict_rougeL": 30.25}
+        )
+    )
+    assert [(r.dataset_split, r.metric_type, r.metric_name) for r in card.data.eval_results] == [
+        ("test", "rouge", "ROUGE-L (test)")
+    ]
+    assert card.data.pipeline_tag == "summarization" and "**custom** attention layout" in card.text
+    assert 'AutoModelForSeq2SeqLM.from_pretrained("sum", trust_remote_code=True)' in card.text
+    with pytest.raises(ValueError, match="task: expected one of"):
+        write_model_card(tmp_path / "x", summarizer, task="image-classification", dataset_name=None, metrics={})
+
+
+EXPECTED_FILES = [
+    "README.md",
+    "config.json",
+    "eval_results.json",
+    "generation_config.json",
+    "model.safetensors",
+    "modeling_simple_attn_marian.py",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "training_args.bin",
+]
+
+
+@pytest.fixture
+def checkpoint_dir(tmp_path) -> Path:
+    """A finished run's folder: model files, code, card, results, plus training state that must stay local."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in (*EXPECTED_FILES, "optimizer.pt", "scheduler.pt", "rng_state.pth", "rng_state_1.pth", ".gitignore"):
+        (folder / name).write_text(f"contents of {name}")
+    for nested in (
+        "checkpoint-500/model.safetensors",
+        "checkpoint-500/config.json",
+        "step_2/optimizer.bin",
+        "runs/log",
+    ):
+        (folder / nested).parent.mkdir(parents=True, exist_ok=True)
+        (folder / nested).write_text("intermediate")
+    return folder
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_files_to_push_leaves_training_state_local(checkpoint_dir):
+    assert files_to_push(checkpoint_dir) == EXPECTED_FILES
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        files_to_push(checkpoint_dir / "missing")
+
+
+def test_push_checkpoint_commits_exactly_the_model_files(checkpoint_dir):
+    committed = {}
+
+    def fake_upload_folder(*, repo_id, folder_path, allow_patterns, commit_message, repo_type):
+        # What upload_folder would commit: its own filter over every file below the folder.
+        every_file = [str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file()]
+        committed.update(
+            repo_id=repo_id,
+            message=commit_message,
+            repo_type=repo_type,
+            files=sorted(filter_repo_objects(every_file, allow_patterns=allow_patterns)),
+        )
+        return mock.Mock(commit_url=f"https://hub.example/{repo_id}/commit/abc")
+
+    before = snapshot(checkpoint_dir)
+    repo_url = RepoUrl("https://huggingface.co/someone/tiny-model")
+    with (
+        mock.patch.object(HfApi, "__init__", return_value=None) as init,
+        mock.patch.object(HfApi, "create_repo", return_value=repo_url) as create_repo,
+        mock.patch.object(HfApi, "upload_folder", side_effect=fake_upload_folder),
+    ):
+        url = push_checkpoint(checkpoint_dir, "tiny-model", token="hf_secret", private=True, commit_message="first")
+    assert init.call_args.kwargs == {"token": "hf_secret"}
+    create_repo.assert_called_once_with("tiny-model", private=True, exist_ok=True, repo_type="model")
+    assert committed == {
+        "repo_id": "someone/tiny-model",
+        "message": "first",
+        "repo_type": "model",
+        "files": EXPECTED_FILES,
+    }
+    assert url == "https://hub.example/someone/tiny-model/commit/abc"
+    assert snapshot(checkpoint_dir) == before
+
+
+@pytest.mark.parametrize("failing_step", ["create_repo", "upload_folder"])
+def test_failed_push_raises_clearly_and_keeps_local_files(checkpoint_dir, failing_step):
+    before = snapshot(checkpoint_dir)
+    repo_url = RepoUrl("https://huggingface.co/someone/tiny-model")
+    create_repo = (
+        {"side_effect": OSError("connection refused")} if failing_step == "create_repo" else {"return_value": repo_url}
+    )
+    with (
+        mock.patch.object(HfApi, "create_repo", **create_repo),
+        mock.patch.object(HfApi, "upload_folder", side_effect=PermissionError("403 Forbidden")),
+        pytest.raises(RuntimeError) as failure,
+    ):
+        push_checkpoint(checkpoint_dir, "someone/tiny-model")
+    message = str(failure.value)
+    if failing_step == "create_repo":
+        assert "while creating the repository 'someone/tiny-model': OSError: connection refused" in message
+    else:
+        assert (
+            f"while uploading {len(EXPECTED_FILES)} files to 'someone/tiny-model': PermissionError: 403 Forbidden"
+            in message
+        )
+    assert f"The local checkpoint at {checkpoint_dir} is intact" in message
+    assert snapshot(checkpoint_dir) == before
+
+
+def test_push_refuses_a_folder_without_a_checkpoint(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    with mock.patch.object(HfApi, "create_repo") as create_repo, pytest.raises(RuntimeError, match="no config.json"):
+        push_checkpoint(tmp_path, "someone/nothing")
+    assert not create_repo.called
+
+
+def test_card_template_ships_with_the_repository():
+    from hf_simple_attn.model_card import TEMPLATE_PATH
+
+    assert TEMPLATE_PATH == Path(__file__).resolve().parent.parent / "model_cards" / "model_card.md"
+    assert TEMPLATE_PATH.read_text(encoding="utf-8").startswith("---\n{{ card_data }}\n---\n")

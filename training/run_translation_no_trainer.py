@@ -1,0 +1,425 @@
+#!/usr/bin/env python
+"""Train and evaluate a translation model with any attention layout, in a plain Accelerate loop.
+
+The same model, data and metric options as `run_translation.py` (whose data loading and
+preprocessing this script imports), with the training options of transformers'
+`run_translation_no_trainer.py` example (`--per_device_train_batch_size`, `--learning_rate`,
+`--num_train_epochs`, `--max_train_steps`, `--checkpointing_steps`, `--resume_from_checkpoint`, ...).
+It runs as a plain script on one device or under `accelerate launch` on several:
+
+    python training/run_translation_no_trainer.py --dataset_name embedded --attention_preset sh-x \
+        --max_train_steps 400 --output_dir runs/sh-x
+    accelerate launch --multi_gpu --num_processes 4 training/run_translation_no_trainer.py ...
+
+At the end the model, tokenizer and modeling code are saved in `--output_dir` with a model
+card, BLEU/chrF on the validation split in `eval_results.json` (and on the test split in
+`predict_results.json` with `--do_predict`); `--push_to_hub` uploads them (`hf_simple_attn.hub`).
+"""
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import torch
+import transformers
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, set_seed
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, HfArgumentParser, get_scheduler
+
+# The sibling script (its folder is on sys.path when this one runs, also under `accelerate launch`).
+from run_translation import (
+    DataTrainingArguments,
+    TranslationScorer,
+    dataset_label,
+    estimate_length_ratio,
+    load_raw_datasets,
+    make_preprocess_function,
+    select_split,
+    source_and_target_texts,
+    tokenizer_training_texts,
+)
+
+from hf_simple_attn.hub import push_checkpoint
+from hf_simple_attn.model_card import write_model_card
+from hf_simple_attn.training_args import (
+    AttentionArguments,
+    ModelArguments,
+    ModelSizeArguments,
+    build_seq2seq_model,
+    load_or_train_tokenizer,
+)
+
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_PREFIX = "step_"
+
+
+@dataclass
+class LoopArguments:
+    """Optimisation, checkpointing and output (names as in transformers' no_trainer examples)."""
+
+    output_dir: str = field(metadata={"help": "Where to store the final model, its card and the results."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Training batch size per device."})
+    per_device_eval_batch_size: int = field(default=8, metadata={"help": "Evaluation batch size per device."})
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate (after warmup)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (not on biases and LayerNorms)."})
+    num_train_epochs: int = field(default=3, metadata={"help": "Training epochs (if --max_train_steps is not set)."})
+    max_train_steps: int | None = field(
+        default=None, metadata={"help": "Total optimizer steps; overrides --num_train_epochs."}
+    )
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Batches accumulated per optimizer step."})
+    lr_scheduler_type: str = field(
+        default="linear", metadata={"help": "linear, cosine, inverse_sqrt, constant_with_warmup, ..."}
+    )
+    num_warmup_steps: int = field(default=0, metadata={"help": "Warmup steps of the learning-rate scheduler."})
+    label_smoothing_factor: float = field(default=0.0, metadata={"help": "Label smoothing of the loss."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0: no clipping)."})
+    seed: int = field(default=42, metadata={"help": "Random seed (model initialisation, data order, dropout)."})
+    logging_steps: int = field(default=50, metadata={"help": "Show the mean training loss every this many steps."})
+    checkpointing_steps: str | None = field(
+        default=None,
+        metadata={"help": "Save a resumable state every n steps (an integer) or at the end of every epoch ('epoch')."},
+    )
+    resume_from_checkpoint: str | None = field(
+        default=None, metadata={"help": f"A saved state folder ({CHECKPOINT_PREFIX}N or epoch_N) to continue from."}
+    )
+    do_predict: bool = field(default=False, metadata={"help": "Also score the test split (predict_results.json)."})
+    push_to_hub: bool = field(
+        default=False, metadata={"help": "Upload the final model, code and card to the Hub (hf_simple_attn.hub)."}
+    )
+    hub_model_id: str | None = field(default=None, metadata={"help": "Hub repository (default: the folder's name)."})
+    hub_token: str | None = field(default=None, metadata={"help": "Hub token (default: from `hf auth login`)."})
+    hub_private_repo: bool = field(default=False, metadata={"help": "Create the Hub repository as private."})
+
+    def __post_init__(self):
+        steps = self.checkpointing_steps
+        if steps is not None and steps != "epoch" and not steps.isdigit():
+            raise ValueError(f"--checkpointing_steps: expected an integer or 'epoch', got {steps!r}")
+
+
+def parse_args(argv: list[str] | None):
+    parser = HfArgumentParser(
+        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments)
+    )
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def resume_position(checkpoint: str, steps_per_epoch: int) -> tuple[int, int, int]:
+    """(completed optimizer steps, epoch to start in, batches of that epoch to skip) for a saved state."""
+    name = Path(checkpoint).name
+    if name.startswith("epoch_"):
+        epoch = int(name[len("epoch_") :]) + 1
+        return epoch * steps_per_epoch, epoch, 0
+    if not name.startswith(CHECKPOINT_PREFIX):
+        raise ValueError(
+            f"--resume_from_checkpoint: expected a {CHECKPOINT_PREFIX}N or epoch_N folder, got {checkpoint}"
+        )
+    completed = int(name[len(CHECKPOINT_PREFIX) :])
+    return completed, completed // steps_per_epoch, completed % steps_per_epoch
+
+
+def generate_and_score(accelerator, model, dataloader, references, tokenizer, scorer, generate_kwargs):
+    """Translate every batch (all processes), gather in dataset order, score against the raw
+    `references`; returns (metrics, predictions)."""
+    model.eval()
+    predictions, lengths = [], []
+    for batch in tqdm(dataloader, desc="Generating", disable=not accelerator.is_local_main_process):
+        with torch.no_grad():
+            generated = accelerator.unwrap_model(model).generate(
+                batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
+            )
+        generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
+        generated = accelerator.gather_for_metrics(generated)
+        lengths += (generated != tokenizer.pad_token_id).sum(dim=1).tolist()
+        predictions += [text.strip() for text in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+    metrics = scorer(predictions, references)
+    metrics["gen_len"] = round(sum(lengths) / len(lengths), 4)
+    return metrics, predictions
+
+
+def split_results(prefix: str, metrics: dict, scorer: TranslationScorer, num_samples: int) -> dict:
+    """`eval_bleu`, `eval_chrf`, ..., the SacreBLEU signatures and the sample count (as run_translation.py)."""
+    results = {f"{prefix}_{key}": value for key, value in (metrics | scorer.signatures).items()}
+    results[f"{prefix}_samples"] = num_samples
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the script on `argv` (default: the command line); returns the metrics it wrote."""
+    model_args, data_args, attention_args, size_args, args = parse_args(argv)
+    # A seedable sampler shuffles each epoch from (seed, epoch) alone, so a resumed run sees the same batches.
+    accelerator = Accelerator(
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+    )
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+    )
+    logger.setLevel(logging.INFO if accelerator.is_main_process else logging.WARNING)
+    logger.info(accelerator.state)
+    if accelerator.is_local_main_process:
+        datasets.utils.logging.set_verbosity_warning()
+        transformers.utils.logging.set_verbosity_warning()
+    else:
+        datasets.utils.logging.set_verbosity_error()
+        transformers.utils.logging.set_verbosity_error()
+    set_seed(args.seed)
+    if accelerator.is_main_process:
+        os.makedirs(args.output_dir, exist_ok=True)
+    accelerator.wait_for_everyone()
+
+    raw_datasets = load_raw_datasets(data_args, model_args)
+    train_raw = select_split(raw_datasets, "train", data_args.max_train_samples, "training")
+    eval_raw = select_split(raw_datasets, "validation", data_args.max_eval_samples, "evaluation")
+    predict_raw = (
+        select_split(raw_datasets, "test", data_args.max_predict_samples, "--do_predict") if args.do_predict else None
+    )
+
+    from_scratch = model_args.model_name_or_path is None
+    if from_scratch and model_args.tokenizer_name is None and args.resume_from_checkpoint is not None:
+        tokenizer = AutoTokenizer.from_pretrained(args.resume_from_checkpoint)
+    else:
+        tokenizer = load_or_train_tokenizer(
+            model_args,
+            size_args,
+            lambda: tokenizer_training_texts(train_raw, data_args),
+            model_max_length=max(data_args.max_source_length, data_args.max_target_length),
+        )
+    length_ratio = attention_args.length_ratio
+    if length_ratio is None:
+        length_ratio = estimate_length_ratio(train_raw, data_args, tokenizer, args.seed)
+        logger.info(f"Length ratio γ of the training data (source / target tokens): {length_ratio:.4f}")
+    model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    model.generation_config.max_length = data_args.val_max_target_length
+    if data_args.num_beams is not None:
+        model.generation_config.num_beams = data_args.num_beams
+    logger.info(
+        f"Model: {type(model).__name__}, preset {model.config.attention_preset}, "
+        f"{model.num_parameters():,} parameters, vocabulary {len(tokenizer):,}"
+    )
+
+    def tokenize(dataset, max_target_length: int, description: str):
+        with accelerator.main_process_first():
+            return dataset.map(
+                make_preprocess_function(tokenizer, data_args, max_target_length),
+                batched=True,
+                num_proc=data_args.preprocessing_num_workers,
+                remove_columns=dataset.column_names,
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc=description,
+            )
+
+    train_dataset = tokenize(train_raw, data_args.max_target_length, "Running tokenizer on train dataset")
+    eval_dataset = tokenize(eval_raw, data_args.val_max_target_length, "Running tokenizer on validation dataset")
+    collator = DataCollatorForSeq2Seq(
+        tokenizer,
+        model=model,
+        label_pad_token_id=-100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id,
+        pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None,
+    )
+    train_dataloader = DataLoader(
+        train_dataset,
+        shuffle=True,
+        collate_fn=collator,
+        batch_size=args.per_device_train_batch_size,
+        # Its own generator: starting an epoch then draws nothing from the global RNG that dropout
+        # uses (and load_state restores), so a resumed run continues exactly as an uninterrupted one.
+        generator=torch.Generator().manual_seed(args.seed),
+    )
+    eval_dataloader = DataLoader(eval_dataset, collate_fn=collator, batch_size=args.per_device_eval_batch_size)
+
+    no_decay = ("bias", "layer_norm.weight", "LayerNorm.weight")
+    parameter_groups = [
+        {
+            "params": [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)],
+            "weight_decay": args.weight_decay,
+        },
+        {"params": [p for n, p in model.named_parameters() if any(nd in n for nd in no_decay)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(parameter_groups, lr=args.learning_rate)
+
+    steps_per_epoch = math.ceil(len(train_dataloader) / args.gradient_accumulation_steps)
+    max_train_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
+    lr_scheduler = get_scheduler(
+        name=args.lr_scheduler_type,
+        optimizer=optimizer,
+        num_warmup_steps=args.num_warmup_steps * accelerator.num_processes,
+        num_training_steps=max_train_steps * accelerator.num_processes,
+    )
+    model, optimizer, train_dataloader, eval_dataloader, lr_scheduler = accelerator.prepare(
+        model, optimizer, train_dataloader, eval_dataloader, lr_scheduler
+    )
+    # The prepared dataloader is sharded across processes: recount.
+    steps_per_epoch = math.ceil(len(train_dataloader) / args.gradient_accumulation_steps)
+    if args.max_train_steps is None:
+        max_train_steps = args.num_train_epochs * steps_per_epoch
+    num_train_epochs = math.ceil(max_train_steps / steps_per_epoch)
+
+    total_batch_size = args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    logger.info("***** Running training *****")
+    logger.info(f"  Num examples = {len(train_dataset)}")
+    logger.info(f"  Num epochs = {num_train_epochs}")
+    logger.info(f"  Total train batch size (parallel, accumulation) = {total_batch_size}")
+    logger.info(f"  Total optimization steps = {max_train_steps}")
+
+    completed_steps, starting_epoch, resume_batches = 0, 0, 0
+    if args.resume_from_checkpoint is not None:
+        accelerator.print(f"Resumed from checkpoint: {args.resume_from_checkpoint}")
+        accelerator.load_state(args.resume_from_checkpoint)
+        completed_steps, starting_epoch, resume_batches = resume_position(args.resume_from_checkpoint, steps_per_epoch)
+        resume_batches *= args.gradient_accumulation_steps
+
+    def save_state(name: str) -> None:
+        folder = os.path.join(args.output_dir, name)
+        accelerator.save_state(folder)
+        if accelerator.is_main_process:
+            tokenizer.save_pretrained(folder)  # a from-scratch tokenizer must survive a resume
+
+    progress_bar = tqdm(range(max_train_steps), disable=not accelerator.is_local_main_process)
+    progress_bar.update(completed_steps)
+    start_time = time.time()
+    logged_loss, logged_batches = 0.0, 0
+    for epoch in range(starting_epoch, num_train_epochs):
+        model.train()
+        if epoch == starting_epoch and resume_batches:
+            active_dataloader = accelerator.skip_first_batches(train_dataloader, resume_batches)
+        else:
+            active_dataloader = train_dataloader
+        for batch in active_dataloader:
+            with accelerator.accumulate(model):
+                outputs = model(**batch)
+                loss = outputs.loss
+                if args.label_smoothing_factor > 0:
+                    loss = torch.nn.functional.cross_entropy(
+                        outputs.logits.flatten(0, 1),
+                        batch["labels"].flatten(),
+                        ignore_index=-100,
+                        label_smoothing=args.label_smoothing_factor,
+                    )
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                optimizer.step()
+                lr_scheduler.step()
+                optimizer.zero_grad()
+            logged_loss += loss.detach().float().item()
+            logged_batches += 1
+            if accelerator.sync_gradients:
+                progress_bar.update(1)
+                completed_steps += 1
+                if completed_steps % args.logging_steps == 0:
+                    progress_bar.set_postfix(
+                        loss=f"{logged_loss / logged_batches:.3f}", lr=f"{lr_scheduler.get_last_lr()[0]:.2e}"
+                    )
+                    logger.info(f"step {completed_steps}: loss {logged_loss / logged_batches:.4f}")
+                    logged_loss, logged_batches = 0.0, 0
+                if (
+                    args.checkpointing_steps not in (None, "epoch")
+                    and completed_steps % int(args.checkpointing_steps) == 0
+                ):
+                    save_state(f"{CHECKPOINT_PREFIX}{completed_steps}")
+            if completed_steps >= max_train_steps:
+                break
+        if args.checkpointing_steps == "epoch":
+            save_state(f"epoch_{epoch}")
+        if completed_steps >= max_train_steps:
+            break
+    train_runtime = time.time() - start_time
+    progress_bar.close()
+
+    scorer = TranslationScorer()
+    generate_kwargs = {"max_length": data_args.val_max_target_length, "num_beams": data_args.num_beams or 1}
+    eval_references = source_and_target_texts(eval_raw, data_args)[1]
+    metrics, _ = generate_and_score(
+        accelerator, model, eval_dataloader, eval_references, tokenizer, scorer, generate_kwargs
+    )
+    results = {"eval": split_results("eval", metrics, scorer, len(eval_dataset))}
+    logger.info(f"validation: BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
+    if predict_raw is not None:
+        predict_dataset = tokenize(
+            predict_raw, data_args.val_max_target_length, "Running tokenizer on prediction dataset"
+        )
+        predict_dataloader = accelerator.prepare(
+            DataLoader(predict_dataset, collate_fn=collator, batch_size=args.per_device_eval_batch_size)
+        )
+        predict_references = source_and_target_texts(predict_raw, data_args)[1]
+        metrics, predictions = generate_and_score(
+            accelerator, model, predict_dataloader, predict_references, tokenizer, scorer, generate_kwargs
+        )
+        results["predict"] = split_results("predict", metrics, scorer, len(predict_dataset))
+        logger.info(f"test: BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
+        if accelerator.is_main_process:
+            Path(args.output_dir, "generated_predictions.txt").write_text(
+                "\n".join(predictions) + "\n", encoding="utf-8"
+            )
+
+    accelerator.wait_for_everyone()
+    unwrapped_model = accelerator.unwrap_model(model)
+    unwrapped_model.save_pretrained(
+        args.output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save
+    )
+    all_results = {"train_runtime": round(train_runtime, 2), "train_steps": completed_steps}
+    for result in results.values():
+        all_results.update(result)
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(args.output_dir)
+        for split, result in results.items():
+            Path(args.output_dir, f"{split}_results.json").write_text(json.dumps(result, indent=4) + "\n")
+        Path(args.output_dir, "all_results.json").write_text(json.dumps(all_results, indent=4) + "\n")
+        summary = {
+            "dataset configuration": data_args.dataset_config_name or "-",
+            "training examples": len(train_dataset),
+            "steps": completed_steps,
+            "batch size": total_batch_size,
+            "learning rate": args.learning_rate,
+            "scheduler": f"{args.lr_scheduler_type}, {args.num_warmup_steps} warmup steps",
+            "label smoothing": args.label_smoothing_factor,
+            "seed": args.seed,
+            "tokenizer": model_args.tokenizer_name
+            or model_args.model_name_or_path
+            or f"BPE trained on the training data ({len(tokenizer):,} entries)",
+            "beams (evaluation)": generate_kwargs["num_beams"],
+            "training time": f"{train_runtime:.0f} s on {accelerator.num_processes} × {accelerator.device}",
+            "BLEU signature": scorer.signatures["bleu_signature"],
+            "chrF signature": scorer.signatures["chrf_signature"],
+        }
+        card = write_model_card(
+            args.output_dir,
+            unwrapped_model,
+            task="translation",
+            dataset_name=dataset_label(data_args),
+            metrics=all_results,
+            language=[data_args.source_lang, data_args.target_lang],
+            base_model=model_args.model_name_or_path,
+            training_summary=summary,
+            model_id=args.hub_model_id if args.push_to_hub else None,
+        )
+        logger.info(f"Model card written to {card}")
+        if args.push_to_hub:
+            repo_id = args.hub_model_id or Path(args.output_dir).resolve().name
+            try:
+                url = push_checkpoint(args.output_dir, repo_id, token=args.hub_token, private=args.hub_private_repo)
+            except RuntimeError as error:
+                raise SystemExit(f"--push_to_hub: {error}") from error
+            logger.info(f"Pushed to the Hub: {url}")
+    accelerator.end_training()
+    return all_results
+
+
+if __name__ == "__main__":
+    main()
