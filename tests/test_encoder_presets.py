@@ -1,0 +1,97 @@
+"""Every encoder (BERT-style) preset: padding, save/load, and trust_remote_code without the package."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM
+
+import hf_simple_attn
+from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForMaskedLM
+
+PRESETS = hf_simple_attn.list_presets("encoder")
+TINY_BERT = dict(vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+                 max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                 initializer_range=0.3, pad_token_id=0)
+SENTENCES = [[2, 5, 6, 7, 8, 9, 10, 3], [2, 11, 12, 3]]
+
+
+def make_model(preset):
+    torch.manual_seed(0)
+    return SimpleAttnBertForMaskedLM(SimpleAttnBertConfig.from_preset(preset, **TINY_BERT)).eval()
+
+
+def padded():
+    width = max(len(s) for s in SENTENCES)
+    ids = torch.tensor([s + [0] * (width - len(s)) for s in SENTENCES])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in SENTENCES])
+    return ids, mask
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_padded_batch_equals_each_example_alone(preset):
+    model = make_model(preset)
+    ids, mask = padded()
+    with torch.no_grad():
+        batch = model(input_ids=ids, attention_mask=mask).logits
+        for row, sentence in enumerate(SENTENCES):
+            alone = model(input_ids=torch.tensor([sentence])).logits
+            torch.testing.assert_close(batch[row, : len(sentence)], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_save_and_load_round_trip(preset, tmp_path):
+    model = make_model(preset)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "simple_attn_bert" and saved["attention_layout"] == model.config.attention_layout
+    reloaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+    assert type(reloaded) is SimpleAttnBertForMaskedLM
+    ids, mask = padded()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits,
+                                   model(input_ids=ids, attention_mask=mask).logits, atol=1e-6, rtol=0)
+
+
+REMOTE_LOAD = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.modules["hf_simple_attn"] = None  # the package must not be importable here
+    import torch
+    from transformers import AutoModelForMaskedLM
+    torch.set_num_threads(1)
+    root = sys.argv[1]
+    failures = []
+    for name in sorted(os.listdir(root)):
+        folder = os.path.join(root, name)
+        expected = torch.load(os.path.join(folder, "expected.pt"))
+        model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+        assert "hf_simple_attn" not in type(model).__module__, type(model).__module__
+        with torch.no_grad():
+            logits = model(input_ids=expected["ids"], attention_mask=expected["mask"]).logits
+        if not torch.allclose(logits, expected["logits"], atol=1e-6, rtol=0):
+            failures.append(name)
+    print(json.dumps({"loaded": len(os.listdir(root)), "failures": failures}))
+    """
+)
+
+
+def test_trust_remote_code_loads_every_encoder_preset_without_the_package(tmp_path):
+    root = tmp_path / "checkpoints"
+    ids, mask = padded()
+    for preset in PRESETS:
+        model = make_model(preset)
+        model.save_pretrained(root / preset)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits
+        torch.save({"ids": ids, "mask": mask, "logits": logits}, root / preset / "expected.pt")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
+    result = subprocess.run([sys.executable, "-c", REMOTE_LOAD, str(root)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"loaded": len(PRESETS), "failures": []}
