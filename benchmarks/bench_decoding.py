@@ -129,9 +129,12 @@ def chart(data: dict, path: str) -> str | None:
     plt = common.pyplot()
     if plt is None:
         return None
-    cells = data["cells"]
-    figure, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells) + 1, 4.2), squeeze=False, sharey=True)
-    for axis, cell in zip(axes[0], cells):
+    sizes = list(dict.fromkeys(cell["size"] for cell in data["cells"]))  # one row per size
+    rows = [[cell for cell in data["cells"] if cell["size"] == size] for size in sizes]
+    columns = max(len(row) for row in rows)
+    figure, axes = plt.subplots(len(rows), columns, figsize=(3.4 * columns + 1, 4.2 * len(rows)), squeeze=False,
+                                sharey=True)
+    for axis, cell in ((axes[r][c], cell) for r, row in enumerate(rows) for c, cell in enumerate(row)):
         names = [name for name in cell["models"] if "speedup_vs_base" in cell["models"][name]]
         medians = [cell["models"][name]["speedup_vs_base"]["ratio_of_medians"] for name in names]
         low = [m - cell["models"][n]["speedup_vs_base"]["paired"]["min"] for m, n in zip(medians, names)]
@@ -142,7 +145,8 @@ def chart(data: dict, path: str) -> str | None:
         axis.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
         beams = "greedy" if cell["num_beams"] == 1 else f"beam {cell['num_beams']}"
         axis.set_title(f"{cell['size']}\nbatch {cell['batch_size']}, {beams}", fontsize=9)
-    axes[0][0].set_ylabel("sentences/s relative to base")
+    for row in axes:
+        row[0].set_ylabel("sentences/s relative to base")
     settings, threads = data["settings"], data["environment"]["torch_threads"]
     figure.suptitle(
         f"Decoding speed, CPU, {threads} thread(s): source {settings['source_length']} tokens, "

@@ -9,7 +9,8 @@ Memory: at each of `--memory-batch-sizes` the peak of live CPU tensor bytes duri
 backward (PyTorch profiler allocation events, see `common.peak_tensor_bytes`) plus the bytes held
 before it (parameters, buffers, AdamW state; gradients are freed before each step), i.e. what a
 GPU's allocator would have to hold; the optimizer step's peak is measured apart (it does not
-depend on the batch). The forward + backward peak is linear in the batch size (`fixed +
+depend on the batch). Once the batch is large enough that activations, not the gradients
+allocated during backward, set that peak, it is linear in the batch size (`fixed +
 per_sentence·b`, fitted by least squares; the fit's largest residual is reported), so the largest
 batch within `--memory-budget-gib` is (budget - fixed) / per_sentence sentences.
 
@@ -37,7 +38,8 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per timed step")
     parser.add_argument("--source-length", type=int, default=32)
     parser.add_argument("--target-length", type=int, default=32)
-    parser.add_argument("--memory-batch-sizes", nargs="+", type=int, default=[8, 16, 32])
+    parser.add_argument("--memory-batch-sizes", nargs="+", type=int, default=[16, 32, 48],
+                        help="batch sizes of the memory fit: large enough that activations, not gradients, set the peak")
     parser.add_argument("--memory-budget-gib", type=float, default=11.0,
                         help="memory for the tokens-per-batch figure (default: the 11 GiB of the RTX 2080 Ti "
                              "the hard-coded attention paper used)")

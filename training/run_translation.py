@@ -39,6 +39,7 @@ from transformers import (
     DataCollatorForSeq2Seq,
     HfArgumentParser,
     Seq2SeqTrainer,
+    SchedulerType,
     Seq2SeqTrainingArguments,
     set_seed,
 )
@@ -605,8 +606,7 @@ def training_summary(trainer, data_args, model_args, attention_args, tokenizer, 
         "epochs": round(trainer.state.epoch or 0.0, 2),
         "batch size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
         "learning rate": args.learning_rate,
-        "scheduler": f"{getattr(args.lr_scheduler_type, 'value', args.lr_scheduler_type)}, "
-        f"{args.warmup_steps} warmup steps",
+        "scheduler": f"{SchedulerType(args.lr_scheduler_type).value}, warmup {args.warmup_steps:g}",
         "label smoothing": args.label_smoothing_factor,
         "seed": args.seed,
         "tokenizer": model_args.tokenizer_name

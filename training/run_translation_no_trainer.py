@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
             "steps": completed_steps,
             "batch size": total_batch_size,
             "learning rate": args.learning_rate,
-            "scheduler": f"{args.lr_scheduler_type}, {args.num_warmup_steps} warmup steps",
+            "scheduler": f"{args.lr_scheduler_type}, warmup {args.num_warmup_steps}",
             "label smoothing": args.label_smoothing_factor,
             "seed": args.seed,
             "tokenizer": model_args.tokenizer_name
