@@ -109,7 +109,7 @@ def chart(data: dict, path: str) -> str | None:
     plt = common.pyplot()
     if plt is None:
         return None
-    figure, (time_axis, memory_axis) = plt.subplots(1, 2, figsize=(11, 4.5))
+    figure, (time_axis, per_token_axis, memory_axis) = plt.subplots(1, 3, figsize=(16, 4.5))
     for name, entry in data["models"].items():
         style = "--" if name.endswith(common.REFERENCE_SUFFIX) else "-"
         medians = [s["median"] for s in entry["seconds"]]
@@ -117,9 +117,15 @@ def chart(data: dict, path: str) -> str | None:
         high = [s["max"] - m for m, s in zip(medians, entry["seconds"])]
         time_axis.errorbar(entry["lengths"], medians, yerr=[low, high], label=name, linestyle=style, marker="o",
                            markersize=3, capsize=2)
+        per_token_axis.plot(entry["lengths"], [1e3 * m / n for m, n in zip(medians, entry["lengths"])], label=name,
+                            linestyle=style, marker="o", markersize=3)
         memory_axis.plot(entry["lengths"], [b / 2**20 for b in entry["peak_bytes"]], label=name, linestyle=style,
                          marker="o", markersize=3)
-    for axis, label in ((time_axis, "forward time (s, median; bars min-max)"), (memory_axis, "peak tensor memory (MiB)")):
+    for axis, label in (
+        (time_axis, "forward time (s, median; bars min-max)"),
+        (per_token_axis, "ms per token (flat = linear in length)"),
+        (memory_axis, "peak tensor memory (MiB)"),
+    ):
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_xlabel("tokens")
