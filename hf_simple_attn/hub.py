@@ -6,9 +6,15 @@ Intermediate training states (`checkpoint-*`, `step_*`, `epoch_*` folders, optim
 not uploaded: `files_to_push` lists exactly what would be committed.
 """
 
+import logging
 from pathlib import Path
 
 from huggingface_hub import HfApi
+
+from .model_card import write_model_card
+
+
+logger = logging.getLogger(__name__)
 
 
 DEFAULT_COMMIT_MESSAGE = "Upload hf_simple_attn checkpoint"
@@ -73,4 +79,32 @@ def push_checkpoint(
     return str(commit.commit_url)
 
 
-__all__ = ["files_to_push", "push_checkpoint"]
+def publish_checkpoint(
+    output_dir,
+    model,
+    *,
+    push_to_hub: bool,
+    hub_model_id: str | None = None,
+    hub_token=None,
+    hub_private_repo: bool = False,
+    **card_fields,
+) -> Path:
+    """End of a training script: write the model card, then push the folder when asked.
+
+    `card_fields` go to `write_model_card` (task, dataset_name, metrics, ...). The repository is
+    `hub_model_id`, or the folder's name. A failed upload stops the script with `SystemExit`
+    naming the failed step; the checkpoint and its card stay on disk. Returns the card's path.
+    """
+    repo_id = hub_model_id or Path(output_dir).resolve().name
+    card = write_model_card(output_dir, model, model_id=repo_id if push_to_hub else None, **card_fields)
+    logger.info("Model card written to %s", card)
+    if push_to_hub:
+        try:
+            url = push_checkpoint(output_dir, repo_id, token=hub_token, private=bool(hub_private_repo))
+        except RuntimeError as error:
+            raise SystemExit(f"--push_to_hub: {error}") from error
+        logger.info("Pushed to the Hub: %s", url)
+    return card
+
+
+__all__ = ["files_to_push", "publish_checkpoint", "push_checkpoint"]

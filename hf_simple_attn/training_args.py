@@ -10,16 +10,22 @@ and `(Seq2Seq)TrainingArguments`, so the options read the same everywhere:
 
 `build_seq2seq_model` / `build_encoder_model` turn them into a model; `load_or_train_tokenizer`
 gives the matching tokenizer and `compute_length_ratio` the γ that centres hard-coded cross
-attention.
+attention. `parse_script_arguments`, `setup_logging` and `checkpoint_to_resume` are the start-up
+steps every script shares.
 """
 
 import json
 import logging
+import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
+import datasets
+import transformers
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
+from transformers.trainer_utils import get_last_checkpoint
 
 from .convert import convert_bert_checkpoint, convert_marian_checkpoint
 from .modeling.configuration_simple_attn import SimpleAttnMarianConfig
@@ -31,6 +37,44 @@ from .tokenization import train_tokenizer
 
 
 logger = logging.getLogger(__name__)
+
+
+def parse_script_arguments(argument_classes: tuple, argv: list[str] | None) -> tuple:
+    """Parse `argv` (default: sys.argv) into instances of `argument_classes`; a single `.json`
+    argument is read as a file holding every argument, as in transformers' example scripts."""
+    parser = HfArgumentParser(argument_classes)
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def setup_logging(script_logger: logging.Logger, training_args) -> None:
+    """Log to stdout: the script (and this module) at INFO on the process that logs, `datasets`
+    and `transformers` at `--log_level` (warnings by default)."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    for each in (script_logger, logger):
+        each.setLevel(logging.INFO if training_args.should_log else log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+
+
+def checkpoint_to_resume(training_args) -> str | None:
+    """`--resume_from_checkpoint`, or the last `checkpoint-*` of an interrupted run in `--output_dir`
+    (when training), or None to start afresh."""
+    if training_args.resume_from_checkpoint is not None:
+        return training_args.resume_from_checkpoint
+    if not (training_args.do_train and os.path.isdir(training_args.output_dir)):
+        return None
+    last_checkpoint = get_last_checkpoint(training_args.output_dir)
+    if last_checkpoint is not None:
+        logger.info("Checkpoint detected, resuming training at %s; use a new --output_dir to start over", last_checkpoint)
+    return last_checkpoint
 
 
 @dataclass

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+import hf_simple_attn.hub
+
 torch.set_num_threads(1)
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -296,7 +298,7 @@ def test_glue_push_to_hub_uploads_the_finished_folder(run_glue, tmp_path, monkey
         pushed.append((output_dir, repo_id, kwargs, sorted(path.name for path in Path(output_dir).iterdir())))
         return "commit-url"
 
-    monkeypatch.setattr(run_glue, "push_checkpoint", fake_push)
+    monkeypatch.setattr(hf_simple_attn.hub, "push_checkpoint", fake_push)
     rows = sentiment_rows()
     output_dir = tmp_path / "out"
     run_glue.main([

@@ -24,13 +24,11 @@ with a model card (`README.md`); `--push_to_hub` uploads the folder at the end.
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
 import numpy as np
-import transformers
 from datasets import ClassLabel, load_dataset
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 from transformers import (
@@ -38,20 +36,25 @@ from transformers import (
     BertTokenizer,
     DataCollatorWithPadding,
     EvalPrediction,
-    HfArgumentParser,
     Trainer,
     TrainingArguments,
     default_data_collator,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_simple_attn import SimpleAttnBertForSequenceClassification
 from hf_simple_attn.data import build_bible_paraphrase, build_newsgroups, build_reuters, build_rotten_tomatoes
-from hf_simple_attn.hub import push_checkpoint
+from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.metrics import load_metric
-from hf_simple_attn.model_card import write_model_card
-from hf_simple_attn.training_args import AttentionArguments, ModelArguments, ModelSizeArguments, build_encoder_model
+from hf_simple_attn.training_args import (
+    AttentionArguments,
+    ModelArguments,
+    ModelSizeArguments,
+    build_encoder_model,
+    checkpoint_to_resume,
+    parse_script_arguments,
+    setup_logging,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -292,47 +295,20 @@ def training_summary(trainer, data_args, model_args, tokenizer, label_list, max_
     }
 
 
-def parse_arguments(argv: list[str] | None):
-    parser = HfArgumentParser(
-        (ModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, TrainingArguments)
-    )
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
-    return parser.parse_args_into_dataclasses(args=argv)
-
-
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the script with command-line arguments `argv` (default: sys.argv); returns all metrics."""
-    model_args, attention_args, size_args, data_args, training_args = parse_arguments(argv)
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
+    model_args, attention_args, size_args, data_args, training_args = parse_script_arguments(
+        (ModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, TrainingArguments), argv
     )
-    log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
+
+    setup_logging(logger, training_args)
     logger.info("Training/evaluation parameters %s", training_args)
 
     # Trainer would create the Hub repository at start-up; the finished folder is pushed at the end instead.
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
 
     # An interrupted run in output_dir is resumed (with the tokenizer it saved).
-    last_checkpoint = None
-    if (
-        os.path.isdir(training_args.output_dir)
-        and training_args.do_train
-        and training_args.resume_from_checkpoint is None
-    ):
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
-        if last_checkpoint is not None:
-            logger.info(
-                "Checkpoint detected, resuming training at %s; use a new --output_dir to start over", last_checkpoint
-            )
-    checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+    checkpoint = checkpoint_to_resume(training_args)
 
     set_seed(training_args.seed)
 
@@ -509,8 +485,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     # Model card of the trained checkpoint, then one upload of the finished folder
     if training_args.do_train and trainer.is_world_process_zero():
-        repo_id = training_args.hub_model_id or Path(training_args.output_dir).resolve().name
-        card = write_model_card(
+        publish_checkpoint(
             training_args.output_dir,
             trainer.model,
             task="text-classification",
@@ -519,20 +494,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             language=["en"],
             base_model=model_args.model_name_or_path,
             training_summary=training_summary(trainer, data_args, model_args, tokenizer, label_list, max_seq_length),
-            model_id=repo_id if push_to_hub else None,
+            push_to_hub=push_to_hub,
+            hub_model_id=training_args.hub_model_id,
+            hub_token=training_args.hub_token,
+            hub_private_repo=training_args.hub_private_repo,
         )
-        logger.info("Model card written to %s", card)
-        if push_to_hub:
-            try:
-                url = push_checkpoint(
-                    training_args.output_dir,
-                    repo_id,
-                    token=training_args.hub_token,
-                    private=bool(training_args.hub_private_repo),
-                )
-            except RuntimeError as error:
-                raise SystemExit(f"--push_to_hub: {error}") from error
-            logger.info("Pushed to the Hub: %s", url)
     return all_metrics
 
 

@@ -25,25 +25,19 @@ with that script have the same names and meaning. Added here:
 """
 
 import logging
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import datasets
 import numpy as np
-import transformers
 from datasets import DatasetDict, load_dataset
 from transformers import (
     AutoTokenizer,
     DataCollatorForSeq2Seq,
-    HfArgumentParser,
     Seq2SeqTrainer,
     SchedulerType,
     Seq2SeqTrainingArguments,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 import hf_simple_attn  # noqa: F401  (registers the model classes for saving with their code)
 from hf_simple_attn.data import (
@@ -52,15 +46,17 @@ from hf_simple_attn.data import (
     build_libreoffice_help,
     load_embedded_corpus,
 )
-from hf_simple_attn.hub import push_checkpoint
-from hf_simple_attn.model_card import write_model_card
+from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
     build_seq2seq_model,
+    checkpoint_to_resume,
     compute_length_ratio,
     load_or_train_tokenizer,
+    parse_script_arguments,
+    setup_logging,
 )
 
 
@@ -371,27 +367,10 @@ def decode_token_ids(tokenizer, token_ids) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the script on `argv` (default: the command line); returns every metric it wrote."""
-    parser = HfArgumentParser(
-        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, Seq2SeqTrainingArguments)
+    model_args, data_args, attention_args, size_args, training_args = parse_script_arguments(
+        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, Seq2SeqTrainingArguments), argv
     )
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        # A single JSON file holds all the arguments.
-        model_args, data_args, attention_args, size_args, training_args = parser.parse_json_file(
-            json_file=os.path.abspath(argv[0])
-        )
-    else:
-        model_args, data_args, attention_args, size_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    logger.setLevel(logging.INFO if training_args.should_log else log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
+    setup_logging(logger, training_args)
     logger.warning(
         f"Process rank: {training_args.process_index}, device: {training_args.device}, n_gpu: {training_args.n_gpu}, "
         f"distributed training: {training_args.parallel_mode.value == 'distributed'}, "
@@ -400,22 +379,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     # --push_to_hub uploads once, at the end, through hf_simple_attn.hub (checkpoint + code + card);
     # the Trainer's own pushing on every save is switched off.
-    push_to_hub = training_args.push_to_hub
-    training_args.push_to_hub = False
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
 
-    # Detecting last checkpoint.
-    last_checkpoint = None
-    if (
-        os.path.isdir(training_args.output_dir)
-        and training_args.do_train
-        and training_args.resume_from_checkpoint is None
-    ):
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
-        if last_checkpoint is not None:
-            logger.info(
-                f"Checkpoint detected, resuming training at {last_checkpoint}. To start over, use a new --output_dir."
-            )
-    checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+    # An interrupted run in output_dir is resumed (with the tokenizer it saved).
+    checkpoint = checkpoint_to_resume(training_args)
 
     set_seed(training_args.seed)
 
@@ -559,7 +526,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     if training_args.do_train and trainer.is_world_process_zero():
         summary = training_summary(trainer, data_args, model_args, attention_args, tokenizer, scorer)
-        card = write_model_card(
+        publish_checkpoint(
             training_args.output_dir,
             model,
             task="translation",
@@ -568,21 +535,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             language=[data_args.source_lang, data_args.target_lang],
             base_model=model_args.model_name_or_path,
             training_summary=summary,
-            model_id=training_args.hub_model_id if push_to_hub else None,
+            push_to_hub=push_to_hub,
+            hub_model_id=training_args.hub_model_id,
+            hub_token=training_args.hub_token,
+            hub_private_repo=training_args.hub_private_repo,
         )
-        logger.info(f"Model card written to {card}")
-        if push_to_hub:
-            repo_id = training_args.hub_model_id or Path(training_args.output_dir).resolve().name
-            try:
-                url = push_checkpoint(
-                    training_args.output_dir,
-                    repo_id,
-                    token=training_args.hub_token,
-                    private=bool(training_args.hub_private_repo),
-                )
-            except RuntimeError as error:
-                raise SystemExit(f"--push_to_hub: {error}") from error
-            logger.info(f"Pushed to the Hub: {url}")
     return all_metrics
 
 

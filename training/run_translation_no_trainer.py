@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq, HfArgumentParser, get_scheduler
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, get_scheduler
 
 # The sibling script (its folder is on sys.path when this one runs, also under `accelerate launch`).
 from run_translation import (
@@ -47,14 +46,14 @@ from run_translation import (
     tokenizer_training_texts,
 )
 
-from hf_simple_attn.hub import push_checkpoint
-from hf_simple_attn.model_card import write_model_card
+from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
     build_seq2seq_model,
     load_or_train_tokenizer,
+    parse_script_arguments,
 )
 
 
@@ -106,16 +105,6 @@ class LoopArguments:
             raise ValueError(f"--checkpointing_steps: expected an integer or 'epoch', got {steps!r}")
 
 
-def parse_args(argv: list[str] | None):
-    parser = HfArgumentParser(
-        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments)
-    )
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
-    return parser.parse_args_into_dataclasses(args=argv)
-
-
 def resume_position(checkpoint: str, steps_per_epoch: int) -> tuple[int, int, int]:
     """(completed optimizer steps, epoch to start in, batches of that epoch to skip) for a saved state."""
     name = Path(checkpoint).name
@@ -158,7 +147,9 @@ def split_results(prefix: str, metrics: dict, scorer: TranslationScorer, num_sam
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the script on `argv` (default: the command line); returns the metrics it wrote."""
-    model_args, data_args, attention_args, size_args, args = parse_args(argv)
+    model_args, data_args, attention_args, size_args, args = parse_script_arguments(
+        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments), argv
+    )
     # A seedable sampler shuffles each epoch from (seed, epoch) alone, so a resumed run sees the same batches.
     accelerator = Accelerator(
         gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -398,7 +389,7 @@ def main(argv: list[str] | None = None) -> dict:
             "BLEU signature": scorer.signatures["bleu_signature"],
             "chrF signature": scorer.signatures["chrf_signature"],
         }
-        card = write_model_card(
+        publish_checkpoint(
             args.output_dir,
             unwrapped_model,
             task="translation",
@@ -407,16 +398,11 @@ def main(argv: list[str] | None = None) -> dict:
             language=[data_args.source_lang, data_args.target_lang],
             base_model=model_args.model_name_or_path,
             training_summary=summary,
-            model_id=args.hub_model_id if args.push_to_hub else None,
+            push_to_hub=args.push_to_hub,
+            hub_model_id=args.hub_model_id,
+            hub_token=args.hub_token,
+            hub_private_repo=args.hub_private_repo,
         )
-        logger.info(f"Model card written to {card}")
-        if args.push_to_hub:
-            repo_id = args.hub_model_id or Path(args.output_dir).resolve().name
-            try:
-                url = push_checkpoint(args.output_dir, repo_id, token=args.hub_token, private=args.hub_private_repo)
-            except RuntimeError as error:
-                raise SystemExit(f"--push_to_hub: {error}") from error
-            logger.info(f"Pushed to the Hub: {url}")
     accelerator.end_training()
     return all_results
 

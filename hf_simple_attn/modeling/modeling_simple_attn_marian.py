@@ -14,7 +14,7 @@ from torch.nn import CrossEntropyLoss
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.cache_utils import Cache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -35,23 +35,21 @@ from .stack import build_stack_state, padding_mask_or_none, prefixed, run_encode
 MODELING_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-class SimpleAttnMarianEncoderLayer(GradientCheckpointingLayer):
-    """Post-LN encoder layer; the self-attention or feed-forward sublayer may be absent."""
+class SimpleAttnMarianLayer(GradientCheckpointingLayer):
+    """What encoder and decoder layers share: dropout settings and the optional post-LN feed-forward block
+    (built last, so parameters are in MarianMTModel's order)."""
 
-    def __init__(self, config: SimpleAttnMarianConfig, layer_idx: int):
+    def __init__(self, config: SimpleAttnMarianConfig):
         super().__init__()
         self.dropout = config.dropout
         self.activation_fn = ACT2FN[config.activation_function]
         self.activation_dropout = config.activation_dropout
-        attention_spec = config.attention_layout["encoder_self"][layer_idx]
-        self.self_attn = None
-        if attention_spec is not None:
-            self.self_attn = SimpleAttention(config, attention_spec, "encoder_self", layer_idx)
-            self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
-        self.has_ffn = config.attention_layout["encoder_ffn"][layer_idx]
-        if self.has_ffn:
-            self.fc1 = nn.Linear(config.d_model, config.encoder_ffn_dim)
-            self.fc2 = nn.Linear(config.encoder_ffn_dim, config.d_model)
+
+    def build_feed_forward(self, config: SimpleAttnMarianConfig, has_ffn: bool, ffn_dim: int) -> None:
+        self.has_ffn = has_ffn
+        if has_ffn:
+            self.fc1 = nn.Linear(config.d_model, ffn_dim)
+            self.fc2 = nn.Linear(ffn_dim, config.d_model)
             self.final_layer_norm = nn.LayerNorm(config.d_model)
 
     def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -61,6 +59,19 @@ class SimpleAttnMarianEncoderLayer(GradientCheckpointingLayer):
         hidden_states = self.fc2(hidden_states)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         return self.final_layer_norm(residual + hidden_states)
+
+
+class SimpleAttnMarianEncoderLayer(SimpleAttnMarianLayer):
+    """Post-LN encoder layer; the self-attention or feed-forward sublayer may be absent."""
+
+    def __init__(self, config: SimpleAttnMarianConfig, layer_idx: int):
+        super().__init__(config)
+        attention_spec = config.attention_layout["encoder_self"][layer_idx]
+        self.self_attn = None
+        if attention_spec is not None:
+            self.self_attn = SimpleAttention(config, attention_spec, "encoder_self", layer_idx)
+            self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
+        self.build_feed_forward(config, config.attention_layout["encoder_ffn"][layer_idx], config.encoder_ffn_dim)
 
     def forward(
         self, hidden_states: torch.Tensor, context: AttentionContext, output_attentions: bool = False
@@ -76,15 +87,12 @@ class SimpleAttnMarianEncoderLayer(GradientCheckpointingLayer):
         return hidden_states, weights
 
 
-class SimpleAttnMarianDecoderLayer(SimpleAttnMarianEncoderLayer):
+class SimpleAttnMarianDecoderLayer(SimpleAttnMarianLayer):
     """Post-LN decoder layer: causal self-attention, cross attention, feed-forward; any may be absent."""
 
     def __init__(self, config: SimpleAttnMarianConfig, layer_idx: int):
-        nn.Module.__init__(self)
+        super().__init__(config)
         self.layer_idx = layer_idx
-        self.dropout = config.dropout
-        self.activation_fn = ACT2FN[config.activation_function]
-        self.activation_dropout = config.activation_dropout
         self_spec = config.attention_layout["decoder_self"][layer_idx]
         cross_spec = config.attention_layout["cross"][layer_idx]
         self.self_attn = self.encoder_attn = None
@@ -94,11 +102,7 @@ class SimpleAttnMarianDecoderLayer(SimpleAttnMarianEncoderLayer):
         if cross_spec is not None:
             self.encoder_attn = SimpleAttention(config, cross_spec, "cross", layer_idx)
             self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model)
-        self.has_ffn = config.attention_layout["decoder_ffn"][layer_idx]
-        if self.has_ffn:
-            self.fc1 = nn.Linear(config.d_model, config.decoder_ffn_dim)
-            self.fc2 = nn.Linear(config.decoder_ffn_dim, config.d_model)
-            self.final_layer_norm = nn.LayerNorm(config.d_model)
+        self.build_feed_forward(config, config.attention_layout["decoder_ffn"][layer_idx], config.decoder_ffn_dim)
 
     def forward(
         self,
