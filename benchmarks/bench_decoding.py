@@ -149,8 +149,8 @@ def chart(data: dict, path: str) -> str | None:
         row[0].set_ylabel("sentences/s relative to base")
     settings, threads = data["settings"], data["environment"]["torch_threads"]
     figure.suptitle(
-        f"Decoding speed, CPU, {threads} thread(s): source {settings['source_length']} tokens, "
-        f"{settings['new_tokens']} new tokens; median of {settings['repeats']} interleaved repeats "
+        f"Decoding speed, CPU, {threads} thread(s): source {settings['source_length']} tokens,\n"
+        f"{settings['new_tokens']} new tokens; median of {settings['repeats']} interleaved repeats\n"
         f"(bars: min-max of the per-repeat ratios)",
         fontsize=9,
     )

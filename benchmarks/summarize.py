@@ -28,7 +28,28 @@ def decoding(data: dict) -> list[str]:
                 f"{ratio(entry['speedup_vs_base'])} | {ratio(entry['speedup_vs_MarianMTModel'])} |"
             )
         lines.append("")
+        if "profiles" in cell:
+            lines += profile_table(cell["profiles"])
     return lines
+
+
+SHORT_NAMES = {"aten::_scaled_dot_product_flash_attention_for_cpu": "sdpa", "aten::mm": "mm (output projection)",
+               "aten::addmm": "addmm (linear layers)"}
+
+
+def profile_table(profiles: dict) -> list[str]:
+    """Where one `generate` call spends its time: matrix-multiply GFLOPs (the profiler does not count
+    SDPA's; the ratio to base bounds a compute-bound speed-up) and the operators with the largest
+    share of CPU time."""
+    base_gflops = profiles["base"]["total_gflops"] if "base" in profiles else None
+    lines = ["| model | GFLOPs | base GFLOPs / model GFLOPs | top operators (share of CPU time) |", "|---|---|---|---|"]
+    for name, profile in profiles.items():
+        bound = f"{base_gflops / profile['total_gflops']:.2f}×" if base_gflops else "-"
+        operators = ", ".join(
+            f"{SHORT_NAMES.get(op['operator'], op['operator'].removeprefix('aten::'))} {100 * op['share']:.0f}%" for op in profile["top_operators"][:6]
+        )
+        lines.append(f"| {name} | {profile['total_gflops']:.1f} | {bound} | {operators} |")
+    return lines + [""]
 
 
 def training(data: dict) -> list[str]:
