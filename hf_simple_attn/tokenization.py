@@ -5,19 +5,30 @@
 Marian's tokenizers, which `SimpleAttnMarianConfig` and the decoding code expect: `</s>` = 0,
 `<unk>` = 1, `<pad>` = the last id (also the decoder start token). Every encoded sequence ends
 with `</s>`; `tokenizer(sources, text_target=targets)` gives `labels` the same way.
+
+`train_bert_tokenizer` does the same for BERT-style encoders: a lowercasing WordPiece vocabulary
+with BERT's special tokens.
 """
 
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
-
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+from transformers import BertTokenizer, PreTrainedTokenizerFast
 
 EOS_TOKEN = "</s>"
 UNK_TOKEN = "<unk>"
 PAD_TOKEN = "<pad>"
 # Characters kept as single-character tokens; rarer ones become <unk> (as in Marian's SentencePiece models).
 MAX_ALPHABET = 1000
+BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def train_tokenizer(
@@ -61,4 +72,14 @@ def train_tokenizer(
     )
 
 
-__all__ = ["EOS_TOKEN", "PAD_TOKEN", "UNK_TOKEN", "train_tokenizer"]
+def train_bert_tokenizer(texts: Iterable[str], vocab_size: int = 8000, model_max_length: int = 512) -> BertTokenizer:
+    """A lowercasing BERT WordPiece vocabulary ([PAD] = 0, `[CLS] a [SEP] b [SEP]`) trained on `texts`."""
+    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIAL_TOKENS, show_progress=False)
+    backend.train_from_iterator(texts, trainer)
+    return BertTokenizer(vocab=backend.get_vocab(), model_max_length=model_max_length)
+
+
+__all__ = ["BERT_SPECIAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "UNK_TOKEN", "train_bert_tokenizer", "train_tokenizer"]

@@ -26,7 +26,7 @@ from hf_simple_attn.training_args import (
     compute_length_ratio,
     parse_attention_layout,
 )
-from hf_simple_attn.tokenization import train_tokenizer
+from hf_simple_attn.tokenization import train_bert_tokenizer, train_tokenizer
 
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -289,6 +289,18 @@ def test_train_tokenizer_uses_marian_ids_and_round_trips(tmp_path):
     tokenizer.save_pretrained(tmp_path)
     reloaded = AutoTokenizer.from_pretrained(tmp_path)
     assert reloaded(texts)["input_ids"] == tokenizer(texts)["input_ids"] and reloaded.pad_token_id == len(tokenizer) - 1
+
+
+def test_train_bert_tokenizer_uses_berts_special_tokens_and_round_trips(tmp_path):
+    texts = ["The film is great.", "A dull, lifeless film."] * 5
+    tokenizer = train_bert_tokenizer(texts, vocab_size=60, model_max_length=16)
+    assert tokenizer.convert_ids_to_tokens([0, 1, 2, 3, 4]) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    pair = tokenizer("The film", "is great")
+    assert tokenizer.convert_ids_to_tokens(pair["input_ids"])[0] == "[CLS]"
+    assert pair["input_ids"].count(tokenizer.sep_token_id) == 2 and pair["token_type_ids"][-1] == 1
+    assert tokenizer.decode(tokenizer(texts[0])["input_ids"], skip_special_tokens=True) == "the film is great."
+    tokenizer.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)(texts)["input_ids"] == tokenizer(texts)["input_ids"]
 
 
 def test_length_ratio_counts_tokens_with_eos():

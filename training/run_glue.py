@@ -30,10 +30,8 @@ from pathlib import Path
 import datasets
 import numpy as np
 from datasets import ClassLabel, load_dataset
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 from transformers import (
     AutoTokenizer,
-    BertTokenizer,
     DataCollatorWithPadding,
     EvalPrediction,
     Trainer,
@@ -43,9 +41,15 @@ from transformers import (
 )
 
 from hf_simple_attn import SimpleAttnBertForSequenceClassification
-from hf_simple_attn.data import build_bible_paraphrase, build_newsgroups, build_reuters, build_rotten_tomatoes
+from hf_simple_attn.data import (
+    build_bible_paraphrase,
+    build_newsgroups,
+    build_reuters,
+    build_rotten_tomatoes,
+)
 from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.metrics import load_metric
+from hf_simple_attn.tokenization import train_bert_tokenizer
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
@@ -55,7 +59,6 @@ from hf_simple_attn.training_args import (
     parse_script_arguments,
     setup_logging,
 )
-
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +96,6 @@ FILE_LOADERS = {"csv": ("csv", {}), "tsv": ("csv", {"delimiter": "\t"}), "json":
 # Text-pair column names tried in order on datasets that are not a GLUE task.
 PAIR_KEYS = [("sentence1", "sentence2"), *sorted({keys for keys in task_to_keys.values() if keys[1] is not None})]
 
-BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 @dataclass
@@ -247,16 +249,6 @@ def build_compute_metrics(task_name: str | None, is_regression: bool, num_labels
     return compute_metrics
 
 
-def train_wordpiece_tokenizer(texts, vocab_size: int, model_max_length: int) -> BertTokenizer:
-    """A lowercasing BERT WordPiece vocabulary ([PAD]=0, [CLS] ... [SEP] ... [SEP]) trained on `texts`."""
-    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIAL_TOKENS, show_progress=False)
-    backend.train_from_iterator(texts, trainer)
-    return BertTokenizer(vocab=backend.get_vocab(), model_max_length=model_max_length)
-
-
 def training_texts(dataset: datasets.Dataset, keys: tuple[str, str | None]):
     """Every text of the training split (both sides of a pair), for training a vocabulary."""
     for key in keys:
@@ -353,7 +345,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         training_split = raw_datasets["train"]
         if data_args.max_train_samples is not None:
             training_split = training_split.select(range(min(len(training_split), data_args.max_train_samples)))
-        tokenizer = train_wordpiece_tokenizer(
+        tokenizer = train_bert_tokenizer(
             training_texts(training_split, (sentence1_key, sentence2_key)),
             vocab_size=size_args.vocab_size,
             model_max_length=min(data_args.max_seq_length, size_args.max_position_embeddings),
