@@ -1,4 +1,4 @@
-"""The CLI's preset listing and layout table (the README's first command)."""
+"""The CLI's preset listing and layout table (`hf-simple-attn presets`, `hf-simple-attn describe`)."""
 
 from hf_simple_attn.cli import main
 
