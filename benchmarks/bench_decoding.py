@@ -154,20 +154,14 @@ def chart(data: dict, path: str) -> str | None:
         f"(bars: min-max of the per-repeat ratios)",
         fontsize=9,
     )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    print(f"wrote {path}")
-    return path
+    return common.save_chart(plt, figure, path)
 
 
 def main(argv=None):
     args = parse_args(argv)
     common.setup_threads(args.threads)
     data = {
-        "benchmark": "decoding",
-        "settings": {key: value for key, value in vars(args).items() if key not in ("output", "chart")},
-        "environment": common.environment(args.threads),
+        **common.result_header("decoding", args),
         "cells": [],
     }
     for size in args.sizes:

@@ -93,9 +93,7 @@ def main(argv=None):
         print(f"{name}: time ~ n^{entry['time_exponent']:.2f}, memory ~ n^{entry['memory_exponent']:.2f}"
               if entry["time_exponent"] is not None else f"{name}: too few lengths for an exponent")
     data = {
-        "benchmark": "length_scaling",
-        "settings": {key: value for key, value in vars(args).items() if key not in ("output", "chart")},
-        "environment": common.environment(args.threads),
+        **common.result_header("length_scaling", args),
         "memory_method": common.peak_tensor_bytes.__doc__.strip(),
         "models": results,
     }
@@ -135,11 +133,7 @@ def chart(data: dict, path: str) -> str | None:
     settings, environment = data["settings"], data["environment"]
     figure.suptitle(f"Encoder forward ({settings['size']} size, batch {settings['batch_size']}), CPU, "
                     f"{environment['torch_threads']} thread(s)", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    print(f"wrote {path}")
-    return path
+    return common.save_chart(plt, figure, path)
 
 
 if __name__ == "__main__":

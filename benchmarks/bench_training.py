@@ -213,20 +213,14 @@ def chart(data: dict, path: str) -> str | None:
         f"{settings['source_length']}+{settings['target_length']} tokens; memory: peak tensor bytes, linear fit",
         fontsize=9,
     )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    print(f"wrote {path}")
-    return path
+    return common.save_chart(plt, figure, path)
 
 
 def main(argv=None):
     args = parse_args(argv)
     common.setup_threads(args.threads)
     data = {
-        "benchmark": "training",
-        "settings": {key: value for key, value in vars(args).items() if key not in ("output", "chart")},
-        "environment": common.environment(args.threads),
+        **common.result_header("training", args),
         "memory_method": common.peak_tensor_bytes.__doc__.strip(),
         "sizes": [measure_size(size, args) for size in args.sizes],
     }

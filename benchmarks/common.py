@@ -191,6 +191,23 @@ def write_json(path: str, data: dict) -> None:
     print(f"wrote {path}")
 
 
+def result_header(benchmark: str, args) -> dict:
+    """The start of a benchmark's JSON: its name, the settings it ran with and the environment."""
+    return {
+        "benchmark": benchmark,
+        "settings": {key: value for key, value in vars(args).items() if key not in ("output", "chart")},
+        "environment": environment(args.threads),
+    }
+
+
+def save_chart(plt, figure, path: str) -> str:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    print(f"wrote {path}")
+    return path
+
+
 def pyplot():
     """matplotlib's pyplot with a file backend, or None when matplotlib is not installed."""
     try:
