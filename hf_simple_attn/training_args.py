@@ -50,15 +50,15 @@ def parse_script_arguments(argument_classes: tuple, argv: list[str] | None) -> t
 
 
 def setup_logging(script_logger: logging.Logger, training_args) -> None:
-    """Log to stdout: the script (and this module) at INFO on the process that logs, `datasets`
-    and `transformers` at `--log_level` (warnings by default)."""
+    """Log to stdout: the script and this package (card, upload, tokenizer messages) at INFO on the
+    process that logs, `datasets` and `transformers` at `--log_level` (warnings by default)."""
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%m/%d/%Y %H:%M:%S",
         handlers=[logging.StreamHandler(sys.stdout)],
     )
     log_level = training_args.get_process_log_level()
-    for each in (script_logger, logger):
+    for each in (script_logger, logging.getLogger("hf_simple_attn")):
         each.setLevel(logging.INFO if training_args.should_log else log_level)
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
