@@ -217,6 +217,13 @@ def check_preset(attention_args: AttentionArguments, model_kind: str) -> None:
         )
 
 
+def new_config(config_class: type, attention_args: AttentionArguments, layout: dict | None, fields: dict):
+    """A new config of `config_class`: the preset's layout (with `layout` replacing its sites), or `layout` alone."""
+    if attention_args.attention_preset is not None:
+        return config_class.from_preset(attention_args.attention_preset, attention_layout=layout, **fields)
+    return config_class(attention_layout=layout, **fields)
+
+
 def build_seq2seq_model(
     model_args: ModelArguments,
     attention_args: AttentionArguments,
@@ -268,10 +275,7 @@ def build_seq2seq_model(
         decoder_start_token_id=tokenizer.pad_token_id,
         **ratio,
     )
-    if attention_args.attention_preset is not None:
-        config = SimpleAttnMarianConfig.from_preset(attention_args.attention_preset, attention_layout=layout, **fields)
-    else:
-        config = SimpleAttnMarianConfig(attention_layout=layout, **fields)
+    config = new_config(SimpleAttnMarianConfig, attention_args, layout, fields)
     return SimpleAttnMarianMTModel(config)
 
 
@@ -320,10 +324,7 @@ def build_encoder_model(
         pad_token_id=tokenizer.pad_token_id,
         **config_overrides,
     )
-    if attention_args.attention_preset is not None:
-        config = SimpleAttnBertConfig.from_preset(attention_args.attention_preset, attention_layout=layout, **fields)
-    else:
-        config = SimpleAttnBertConfig(attention_layout=layout, **fields)
+    config = new_config(SimpleAttnBertConfig, attention_args, layout, fields)
     return model_class(config)
 
 

@@ -305,6 +305,19 @@ def tokenizer_training_texts(dataset, data_args: DataTrainingArguments):
             yield pair[data_args.target_lang]
 
 
+def tokenizer_for_run(model_args, size_args, data_args: DataTrainingArguments, train_dataset, checkpoint: str | None):
+    """The pretrained tokenizer, the one saved with the checkpoint a from-scratch run resumes, or
+    one trained here on `train_dataset`."""
+    if model_args.model_name_or_path is None and model_args.tokenizer_name is None and checkpoint is not None:
+        return AutoTokenizer.from_pretrained(checkpoint)
+    return load_or_train_tokenizer(
+        model_args,
+        size_args,
+        lambda: tokenizer_training_texts(train_dataset, data_args),
+        model_max_length=max(data_args.max_source_length, data_args.max_target_length),
+    )
+
+
 def estimate_length_ratio(dataset, data_args: DataTrainingArguments, tokenizer, seed: int) -> float:
     """γ over the training data, or over a fixed random sample of LENGTH_RATIO_SAMPLES pairs of a larger corpus."""
     if len(dataset) > LENGTH_RATIO_SAMPLES:
@@ -398,16 +411,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if from_scratch and not training_args.do_train:
         raise ValueError("Without --model_name_or_path the model is trained from scratch: pass --do_train.")
 
-    # Tokenizer: the pretrained one, the one saved with the checkpoint we resume, or one trained here.
-    if from_scratch and model_args.tokenizer_name is None and checkpoint is not None:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    else:
-        tokenizer = load_or_train_tokenizer(
-            model_args,
-            size_args,
-            lambda: tokenizer_training_texts(train_dataset, data_args),
-            model_max_length=max(data_args.max_source_length, data_args.max_target_length),
-        )
+    tokenizer = tokenizer_for_run(model_args, size_args, data_args, train_dataset, checkpoint)
 
     length_ratio = attention_args.length_ratio
     if length_ratio is None and training_args.do_train:

@@ -31,7 +31,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq, get_scheduler
+from transformers import DataCollatorForSeq2Seq, get_scheduler
 
 # The sibling script (its folder is on sys.path when this one runs, also under `accelerate launch`).
 from run_translation import (
@@ -43,7 +43,7 @@ from run_translation import (
     make_preprocess_function,
     select_split,
     source_and_target_texts,
-    tokenizer_training_texts,
+    tokenizer_for_run,
 )
 
 from hf_simple_attn.hub import publish_checkpoint
@@ -52,7 +52,6 @@ from hf_simple_attn.training_args import (
     ModelArguments,
     ModelSizeArguments,
     build_seq2seq_model,
-    load_or_train_tokenizer,
     parse_script_arguments,
 )
 
@@ -179,16 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
         select_split(raw_datasets, "test", data_args.max_predict_samples, "--do_predict") if args.do_predict else None
     )
 
-    from_scratch = model_args.model_name_or_path is None
-    if from_scratch and model_args.tokenizer_name is None and args.resume_from_checkpoint is not None:
-        tokenizer = AutoTokenizer.from_pretrained(args.resume_from_checkpoint)
-    else:
-        tokenizer = load_or_train_tokenizer(
-            model_args,
-            size_args,
-            lambda: tokenizer_training_texts(train_raw, data_args),
-            model_max_length=max(data_args.max_source_length, data_args.max_target_length),
-        )
+    tokenizer = tokenizer_for_run(model_args, size_args, data_args, train_raw, args.resume_from_checkpoint)
     length_ratio = attention_args.length_ratio
     if length_ratio is None:
         length_ratio = estimate_length_ratio(train_raw, data_args, tokenizer, args.seed)
