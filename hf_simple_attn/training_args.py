@@ -73,7 +73,7 @@ def checkpoint_to_resume(training_args) -> str | None:
         return None
     last_checkpoint = get_last_checkpoint(training_args.output_dir)
     if last_checkpoint is not None:
-        logger.info("Checkpoint detected, resuming training at %s; use a new --output_dir to start over", last_checkpoint)
+        logger.info("Checkpoint detected, resuming at %s; use a new --output_dir to start over", last_checkpoint)
     return last_checkpoint
 
 

@@ -318,6 +318,27 @@ def tokenizer_for_run(model_args, size_args, data_args: DataTrainingArguments, t
     )
 
 
+def translation_model(model_args, attention_args, size_args, data_args, tokenizer, train_dataset, seed: int):
+    """The model for this run, with γ estimated from `train_dataset` (None: not training) unless
+    `--length_ratio` is given, and the generation settings evaluation uses and the checkpoint keeps
+    (so the pipeline decodes the same way)."""
+    length_ratio = attention_args.length_ratio
+    if length_ratio is None and train_dataset is not None:
+        length_ratio = estimate_length_ratio(train_dataset, data_args, tokenizer, seed)
+        logger.info(f"Length ratio γ of the training data (source / target tokens): {length_ratio:.4f}")
+    model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    model.generation_config.max_length = data_args.val_max_target_length
+    if data_args.num_beams is not None:
+        model.generation_config.num_beams = data_args.num_beams
+    logger.info(
+        f"Model: {type(model).__name__}, preset {model.config.attention_preset}, "
+        f"{model.num_parameters():,} parameters, vocabulary {len(tokenizer):,}"
+    )
+    return model
+
+
 def estimate_length_ratio(dataset, data_args: DataTrainingArguments, tokenizer, seed: int) -> float:
     """γ over the training data, or over a fixed random sample of LENGTH_RATIO_SAMPLES pairs of a larger corpus."""
     if len(dataset) > LENGTH_RATIO_SAMPLES:
@@ -413,23 +434,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     tokenizer = tokenizer_for_run(model_args, size_args, data_args, train_dataset, checkpoint)
 
-    length_ratio = attention_args.length_ratio
-    if length_ratio is None and training_args.do_train:
-        length_ratio = estimate_length_ratio(train_dataset, data_args, tokenizer, training_args.seed)
-        logger.info(f"Length ratio γ of the training data (source / target tokens): {length_ratio:.4f}")
-    model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
-    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        model.resize_token_embeddings(len(tokenizer))
+    model = translation_model(
+        model_args, attention_args, size_args, data_args, tokenizer, train_dataset, training_args.seed
+    )
     if model.config.decoder_start_token_id is None:
         raise ValueError("Make sure that `config.decoder_start_token_id` is correctly defined")
-    # Used by evaluate/predict and saved with the checkpoint, so the pipeline decodes the same way.
-    model.generation_config.max_length = data_args.val_max_target_length
-    if data_args.num_beams is not None:
-        model.generation_config.num_beams = data_args.num_beams
-    logger.info(
-        f"Model: {type(model).__name__}, preset {model.config.attention_preset}, "
-        f"{model.num_parameters():,} parameters, vocabulary {len(tokenizer):,}"
-    )
 
     def tokenize(dataset, max_target_length: int, description: str):
         with training_args.main_process_first(desc=description):

@@ -38,12 +38,12 @@ from run_translation import (
     DataTrainingArguments,
     TranslationScorer,
     dataset_label,
-    estimate_length_ratio,
     load_raw_datasets,
     make_preprocess_function,
     select_split,
     source_and_target_texts,
     tokenizer_for_run,
+    translation_model,
 )
 
 from hf_simple_attn.hub import publish_checkpoint
@@ -51,7 +51,6 @@ from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
-    build_seq2seq_model,
     parse_script_arguments,
 )
 
@@ -179,20 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     tokenizer = tokenizer_for_run(model_args, size_args, data_args, train_raw, args.resume_from_checkpoint)
-    length_ratio = attention_args.length_ratio
-    if length_ratio is None:
-        length_ratio = estimate_length_ratio(train_raw, data_args, tokenizer, args.seed)
-        logger.info(f"Length ratio γ of the training data (source / target tokens): {length_ratio:.4f}")
-    model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
-    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        model.resize_token_embeddings(len(tokenizer))
-    model.generation_config.max_length = data_args.val_max_target_length
-    if data_args.num_beams is not None:
-        model.generation_config.num_beams = data_args.num_beams
-    logger.info(
-        f"Model: {type(model).__name__}, preset {model.config.attention_preset}, "
-        f"{model.num_parameters():,} parameters, vocabulary {len(tokenizer):,}"
-    )
+    model = translation_model(model_args, attention_args, size_args, data_args, tokenizer, train_raw, args.seed)
 
     def tokenize(dataset, max_target_length: int, description: str):
         with accelerator.main_process_first():
