@@ -172,11 +172,7 @@ def main(argv=None):
                 data["cells"].append(measure_cell(models, size, batch_size, num_beams, args))
         del models
     data["targets"] = check_targets(data["cells"])
-    for check in data["targets"]:
-        print(f"{check['check']}: {check['measured']:.3f}x (target {check['target']}x) {'ok' if check['reached'] else 'MISSED'}")
-    chart_path = args.chart or os.path.splitext(args.output)[0] + ".png"
-    data["chart"] = chart(data, chart_path)
-    common.write_json(args.output, data)
+    common.write_results(data, args, chart)
     return data
 
 

@@ -97,9 +97,7 @@ def main(argv=None):
         "memory_method": common.peak_tensor_bytes.__doc__.strip(),
         "models": results,
     }
-    chart_path = args.chart or os.path.splitext(args.output)[0] + ".png"
-    data["chart"] = chart(data, chart_path)
-    common.write_json(args.output, data)
+    common.write_results(data, args, chart)
     return data
 
 

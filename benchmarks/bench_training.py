@@ -225,11 +225,7 @@ def main(argv=None):
         "sizes": [measure_size(size, args) for size in args.sizes],
     }
     data["targets"] = check_targets(data["sizes"])
-    for check in data["targets"]:
-        print(f"{check['check']}: {check['measured']:.3f}x (target {check['target']}x) {'ok' if check['reached'] else 'MISSED'}")
-    chart_path = args.chart or os.path.splitext(args.output)[0] + ".png"
-    data["chart"] = chart(data, chart_path)
-    common.write_json(args.output, data)
+    common.write_results(data, args, chart)
     return data
 
 

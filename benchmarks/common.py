@@ -200,6 +200,14 @@ def result_header(benchmark: str, args) -> dict:
     }
 
 
+def write_results(data: dict, args, chart) -> None:
+    """Print the target checks, draw `chart(data, path)` next to the JSON (or at `--chart`), write the JSON."""
+    for check in data.get("targets", []):
+        print(f"{check['check']}: {check['measured']:.3f}x (target {check['target']}x) {'ok' if check['reached'] else 'MISSED'}")
+    data["chart"] = chart(data, args.chart or os.path.splitext(args.output)[0] + ".png")
+    write_json(args.output, data)
+
+
 def save_chart(plt, figure, path: str) -> str:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
