@@ -37,7 +37,6 @@ from transformers import (
     AutoConfig,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
-    Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     set_seed,
 )
@@ -46,6 +45,7 @@ from hf_simple_attn import SimpleAttnMarianConfig
 from hf_simple_attn.data import build_debian_summarization
 from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.metrics import load_metric
+from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if num_beams is not None:
         model.generation_config.num_beams = num_beams
 
-    trainer = Seq2SeqTrainer(
+    trainer = LengthGroupedSeq2SeqTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,

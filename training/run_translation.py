@@ -33,7 +33,6 @@ from datasets import DatasetDict, load_dataset
 from transformers import (
     AutoTokenizer,
     DataCollatorForSeq2Seq,
-    Seq2SeqTrainer,
     SchedulerType,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -47,6 +46,7 @@ from hf_simple_attn.data import (
     load_embedded_corpus,
 )
 from hf_simple_attn.hub import publish_checkpoint
+from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
         return compute_metrics
 
-    trainer = Seq2SeqTrainer(
+    trainer = LengthGroupedSeq2SeqTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,

@@ -1,0 +1,88 @@
+"""Length-grouped batches in random order, for `--train_sampling_strategy group_by_length`.
+
+With that strategy transformers' `Trainer` also length-groups (and so shuffles) evaluation and
+prediction batches, while our scripts score predictions against the raw references in dataset
+order; `LengthGroupedSeq2SeqTrainer` keeps evaluation in dataset order.
+
+transformers' `LengthGroupedSampler` sorts each megabatch (50 batches) by length and yields its
+batches longest first, so training sees 50 steps of steadily shorter sentences, then jumps back.
+On the embedded corpus (batch 16, small model) that ordering left the model in the language-model
+phase (loss 5.8 after 1,200 steps against 3.8 with random batches). Grouping by length and then
+shuffling the batches, as fairseq does, keeps the padding saving without the ordering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch.utils.data import Sampler, SequentialSampler
+from transformers import Seq2SeqTrainer
+
+MEGABATCH_BATCHES = 50
+
+
+class ShuffledLengthGroupedSampler(Sampler[int]):
+    """Indices whose consecutive `batch_size` slices hold similar lengths; the batches come in random order.
+
+    Each pass draws a permutation, sorts it by length within megabatches of `megabatch_batches`
+    batches, cuts the megabatches into batches and shuffles them. The batch that holds the longest
+    example comes first (an out-of-memory error shows at once) and the one short batch, if any (the
+    last megabatch's shortest examples), last.
+    Seeds come from torch's global generator, like `RandomSampler`, so `set_seed` makes runs repeat.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, megabatch_batches: int = MEGABATCH_BATCHES):
+        if batch_size < 1:
+            raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
+        if megabatch_batches < 1:
+            raise ValueError(f"megabatch_batches: must be at least 1, got {megabatch_batches}")
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.megabatch_size = batch_size * megabatch_batches
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator()
+        generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        batches = []
+        for start in range(0, len(order), self.megabatch_size):
+            megabatch = sorted(order[start : start + self.megabatch_size], key=self.lengths.__getitem__, reverse=True)
+            batches.extend(megabatch[i : i + self.batch_size] for i in range(0, len(megabatch), self.batch_size))
+        short_batch = batches.pop() if batches and len(batches[-1]) < self.batch_size else None
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        if batches:  # each batch is sorted longest first
+            longest = max(range(len(batches)), key=lambda i: self.lengths[batches[i][0]])
+            batches[0], batches[longest] = batches[longest], batches[0]
+        if short_batch is not None:
+            batches.append(short_batch)
+        for batch in batches:
+            yield from batch
+
+
+class LengthGroupedSeq2SeqTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` whose `group_by_length` strategy uses `ShuffledLengthGroupedSampler` in training
+    and leaves evaluation and prediction in dataset order (predictions are scored against raw texts)."""
+
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        if self.args.train_sampling_strategy != "group_by_length" or dataset is None:
+            return super()._get_train_sampler(train_dataset)
+        if self.args.length_column_name in dataset.column_names:
+            lengths = dataset[self.args.length_column_name]
+        else:
+            lengths = [len(ids) for ids in dataset[self.processing_class.model_input_names[0]]]
+        return ShuffledLengthGroupedSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps)
+
+    def _get_eval_sampler(self, eval_dataset):
+        if self.args.train_sampling_strategy != "group_by_length":
+            return super()._get_eval_sampler(eval_dataset)
+        if eval_dataset is None or self.args.world_size > 1:
+            return None  # accelerate shards it in order
+        return SequentialSampler(eval_dataset)
+
+
+__all__ = ["LengthGroupedSeq2SeqTrainer", "ShuffledLengthGroupedSampler"]
