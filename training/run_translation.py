@@ -16,6 +16,8 @@ with that script have the same names and meaning. Added here:
   Hub datasets (`wmt16`, `iwslt2017`, ...) load through `datasets.load_dataset` as in the
   original; local files may be json/jsonl (`{"translation": {"en": ..., "de": ...}}` or one
   column per language), csv or tsv (a header row naming the language columns).
+- batching: `--train_sampling_strategy group_by_length` groups sentences of similar length and
+  shuffles the batches, and evaluates in dataset order (`hf_simple_attn.sampling`).
 - the results: BLEU and chrF (SacreBLEU, with their signatures) in `eval_results.json` /
   `predict_results.json`, a model card (`README.md`) in `--output_dir`, and `--push_to_hub`
   uploads the final checkpoint, its code and card once at the end (`hf_simple_attn.hub`).
