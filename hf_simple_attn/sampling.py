@@ -2,7 +2,7 @@
 
 With that strategy transformers' `Trainer` also length-groups (and so shuffles) evaluation and
 prediction batches, while our scripts score predictions against the raw references in dataset
-order; `LengthGroupedSeq2SeqTrainer` keeps evaluation in dataset order.
+order (and write them so); the trainers here keep evaluation in dataset order.
 
 transformers' `LengthGroupedSampler` sorts each megabatch (50 batches) by length and yields its
 batches longest first, so training sees 50 steps of steadily shorter sentences, then jumps back.
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 from torch.utils.data import Sampler, SequentialSampler
-from transformers import Seq2SeqTrainer
+from transformers import Seq2SeqTrainer, Trainer
 
 MEGABATCH_BATCHES = 50
 
@@ -63,9 +63,9 @@ class ShuffledLengthGroupedSampler(Sampler[int]):
             yield from batch
 
 
-class LengthGroupedSeq2SeqTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` whose `group_by_length` strategy uses `ShuffledLengthGroupedSampler` in training
-    and leaves evaluation and prediction in dataset order (predictions are scored against raw texts)."""
+class LengthGroupedSamplingMixin:
+    """For a `Trainer`: `group_by_length` uses `ShuffledLengthGroupedSampler` in training and leaves
+    evaluation and prediction in dataset order (predictions are scored and written in that order)."""
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -85,4 +85,17 @@ class LengthGroupedSeq2SeqTrainer(Seq2SeqTrainer):
         return SequentialSampler(eval_dataset)
 
 
-__all__ = ["LengthGroupedSeq2SeqTrainer", "ShuffledLengthGroupedSampler"]
+class LengthGroupedTrainer(LengthGroupedSamplingMixin, Trainer):
+    """`Trainer` with `LengthGroupedSamplingMixin`'s `group_by_length`."""
+
+
+class LengthGroupedSeq2SeqTrainer(LengthGroupedSamplingMixin, Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with `LengthGroupedSamplingMixin`'s `group_by_length`."""
+
+
+__all__ = [
+    "LengthGroupedSamplingMixin",
+    "LengthGroupedSeq2SeqTrainer",
+    "LengthGroupedTrainer",
+    "ShuffledLengthGroupedSampler",
+]

@@ -7,10 +7,7 @@ from torch.utils.data import SequentialSampler
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
-from hf_simple_attn.sampling import (
-    LengthGroupedSeq2SeqTrainer,
-    ShuffledLengthGroupedSampler,
-)
+from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer, LengthGroupedTrainer, ShuffledLengthGroupedSampler
 from hf_simple_attn.tokenization import train_tokenizer
 
 
@@ -74,8 +71,9 @@ def test_group_by_length_training_keeps_predictions_in_dataset_order(tmp_path):
             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         )  # fmt: skip
         if strategy == "group_by_length":
-            assert isinstance(trainer._get_train_sampler(), ShuffledLengthGroupedSampler)
-            assert isinstance(trainer._get_eval_sampler(dataset), SequentialSampler)
+            for tested in (trainer, LengthGroupedTrainer(model=model, args=args, processing_class=tokenizer)):
+                assert isinstance(tested._get_train_sampler(dataset), ShuffledLengthGroupedSampler)
+                assert isinstance(tested._get_eval_sampler(dataset), SequentialSampler)
         output = trainer.predict(dataset).predictions
         return [[int(t) for t in row if t not in (-100, tokenizer.pad_token_id)] for row in output]
 

@@ -34,7 +34,6 @@ from transformers import (
     AutoTokenizer,
     DataCollatorWithPadding,
     EvalPrediction,
-    Trainer,
     TrainingArguments,
     default_data_collator,
     set_seed,
@@ -49,6 +48,7 @@ from hf_simple_attn.data import (
 )
 from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.metrics import load_metric
+from hf_simple_attn.sampling import LengthGroupedTrainer
 from hf_simple_attn.tokenization import train_bert_tokenizer
 from hf_simple_attn.training_args import (
     AttentionArguments,
@@ -95,7 +95,6 @@ FILE_LOADERS = {"csv": ("csv", {}), "tsv": ("csv", {"delimiter": "\t"}), "json":
 
 # Text-pair column names tried in order on datasets that are not a GLUE task.
 PAIR_KEYS = [("sentence1", "sentence2"), *sorted({keys for keys in task_to_keys.values() if keys[1] is not None})]
-
 
 
 @dataclass
@@ -413,7 +412,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     else:
         data_collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if training_args.fp16 else None)
 
-    trainer = Trainer(
+    trainer = LengthGroupedTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset if training_args.do_train else None,
