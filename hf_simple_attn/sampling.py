@@ -6,9 +6,10 @@ order (and write them so); the trainers here keep evaluation in dataset order.
 
 transformers' `LengthGroupedSampler` sorts each megabatch (50 batches) by length and yields its
 batches longest first, so training sees 50 steps of steadily shorter sentences, then jumps back.
-On the embedded corpus (batch 16, small model) that ordering left the model in the language-model
-phase (loss 5.8 after 1,200 steps; with the batches shuffled 5.8 after 250 and 4.3 after 1,200). Grouping by length and then
-shuffling the batches, as fairseq does, keeps the padding saving without the ordering.
+On the embedded corpus (batch 16, small model) that ordering held the model in the language-model
+phase (loss 5.8 after 1,200 steps; with the batches shuffled 5.8 after 250 and 4.3 after 1,200).
+Grouping by length and then shuffling the batches, as fairseq does, keeps the padding saving
+without the ordering.
 """
 
 from __future__ import annotations
@@ -69,12 +70,14 @@ class LengthGroupedSamplingMixin:
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = self.train_dataset if train_dataset is None else train_dataset
-        if self.args.train_sampling_strategy != "group_by_length" or dataset is None:
+        columns = getattr(dataset, "column_names", None)  # a `datasets.Dataset`
+        if self.args.train_sampling_strategy != "group_by_length" or columns is None:
             return super()._get_train_sampler(train_dataset)
-        if self.args.length_column_name in dataset.column_names:
+        if self.args.length_column_name in columns:
             lengths = dataset[self.args.length_column_name]
         else:
-            lengths = [len(ids) for ids in dataset[self.processing_class.model_input_names[0]]]
+            input_name = "input_ids" if self.processing_class is None else self.processing_class.model_input_names[0]
+            lengths = [len(ids) for ids in dataset[input_name]]
         return ShuffledLengthGroupedSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps)
 
     def _get_eval_sampler(self, eval_dataset):
