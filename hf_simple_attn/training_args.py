@@ -25,7 +25,8 @@ from pathlib import Path
 import datasets
 import transformers
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedTokenizerBase
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .convert import convert_bert_checkpoint, convert_marian_checkpoint
 from .modeling.configuration_simple_attn import SimpleAttnMarianConfig
@@ -65,16 +66,31 @@ def setup_logging(script_logger: logging.Logger, training_args) -> None:
 
 
 def checkpoint_to_resume(training_args) -> str | None:
-    """`--resume_from_checkpoint`, or the last `checkpoint-*` of an interrupted run in `--output_dir`
+    """`--resume_from_checkpoint`, or the newest complete `checkpoint-*` of an interrupted run in `--output_dir`
     (when training), or None to start afresh."""
     if training_args.resume_from_checkpoint is not None:
         return training_args.resume_from_checkpoint
     if not (training_args.do_train and os.path.isdir(training_args.output_dir)):
         return None
-    last_checkpoint = get_last_checkpoint(training_args.output_dir)
+    last_checkpoint = last_complete_checkpoint(training_args.output_dir)
     if last_checkpoint is not None:
         logger.info("Checkpoint detected, resuming at %s; use a new --output_dir to start over", last_checkpoint)
     return last_checkpoint
+
+
+def last_complete_checkpoint(folder: str | os.PathLike) -> str | None:
+    """The newest `checkpoint-<step>` in `folder` that has its `trainer_state.json` (written last by the Trainer);
+    newer ones without it were cut off mid-save (a killed run) and are skipped, with a warning naming them."""
+    checkpoints = sorted(
+        (path for path in Path(folder).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if path.name.split("-")[-1].isdigit()),
+        key=lambda path: int(path.name.split("-")[-1]),
+        reverse=True,
+    )
+    for checkpoint in checkpoints:
+        if (checkpoint / TRAINER_STATE_NAME).is_file() and any(checkpoint.glob("*.safetensors")):
+            return str(checkpoint)
+        logger.warning("Skipping %s: it has no %s (a save cut off mid-way)", checkpoint, TRAINER_STATE_NAME)
+    return None
 
 
 @dataclass

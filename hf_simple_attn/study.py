@@ -1,0 +1,442 @@
+"""Reproduction studies: many (preset, seed) training runs of our own scripts, resumable, with one result file each.
+
+A study is a JSON spec (see `studies/*.json`):
+
+```json
+{
+  "name": "mt-families", "task": "translation",
+  "arguments": {"dataset_name": "embedded", "d_model": 128, "max_steps": 3750, "learning_rate": 1e-3, ...},
+  "presets": ["base", "hc-sa"] | "seq2seq" | "encoder",
+  "seeds": [1] | {"default": [1], "base": [1, 2, 3]},
+  "sweep": {"settings": [{"learning_rate": 5e-4}, {"learning_rate": 1e-3}],
+            "groups": {"base": ["base", "base-no-ff"], "hc-sa": ["hc-sa", "sh-x"]}},
+  "save_steps": 500
+}
+```
+
+`arguments` are the training script's own options (`--key value`), shared by every run. With a `sweep`, each
+group's first preset (its representative) is trained once per setting (seed: the first of its seeds) and scored on
+the validation split; every preset of the group then runs with the setting that scored best, never chosen on the
+test split. A run whose options equal a sweep run's is that run (same folder, trained once).
+
+Each run trains in `<spec folder>/runs/<study>/<run>/` (not committed) with periodic checkpoints, so a killed study
+continues from the last complete checkpoint when started again; a run with results is never trained again. Its
+results land in `<spec folder>/results/<study>/<preset>--seed<k>.json` (sweep runs in `.../sweep/`), with the test
+predictions next to it for the paired bootstrap in `hf_simple_attn.study_summary`.
+"""
+
+import json
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .modeling.presets import list_presets
+from .training_args import last_complete_checkpoint
+
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+TASKS = {
+    "translation": {
+        "script": "training/run_translation.py",
+        "metrics": ("bleu", "chrf"),
+        "selection_metric": "bleu",
+        "arguments": {"predict_with_generate": True},
+    },
+    "classification": {
+        "script": "training/run_glue.py",
+        "metrics": ("accuracy", "f1", "matthews_correlation"),
+        "selection_metric": "accuracy",
+        "arguments": {},
+    },
+    "summarization": {
+        "script": "training/run_summarization.py",
+        "metrics": ("rouge1", "rouge2", "rougeL"),
+        "selection_metric": "rougeL",
+        "arguments": {"predict_with_generate": True},
+    },
+}
+SPEC_FIELDS = {"name", "task", "description", "arguments", "presets", "seeds", "sweep", "save_steps", "analyses"}
+# Options the runner sets for every run; a spec may not set them in "arguments".
+RUNNER_ARGUMENTS = {"attention_preset", "seed", "output_dir", "do_train", "do_eval", "do_predict", "save_strategy"}
+
+
+class StudyError(ValueError):
+    """A study spec that cannot be run; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: a preset, a seed and the options that differ from the spec's `arguments`."""
+
+    preset: str
+    seed: int
+    overrides: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def name(self) -> str:
+        tag = "".join(f"--{setting_tag(key, value)}" for key, value in self.overrides)
+        return f"{self.preset}{tag}--seed{self.seed}"
+
+
+def setting_tag(key: str, value) -> str:
+    """Short, file-name-safe label of one option: `learning_rate` 0.001 -> `lr0.001`."""
+    short = {"learning_rate": "lr", "warmup_steps": "wu", "warmup_ratio": "wr", "weight_decay": "wd"}
+    return f"{short.get(key, key)}{value:g}" if isinstance(value, float) else f"{short.get(key, key)}{value}"
+
+
+@dataclass
+class Study:
+    name: str
+    task: str
+    arguments: dict
+    presets: list[str]
+    seeds: dict[str, list[int]]
+    sweep_settings: list[dict] = field(default_factory=list)
+    sweep_groups: dict[str, list[str]] = field(default_factory=dict)
+    save_steps: int = 500
+    analyses: bool = True
+    description: str = ""
+    spec_path: Path | None = None
+
+    @property
+    def home(self) -> Path:
+        """The folder of the spec file: results and runs live there."""
+        return self.spec_path.resolve().parent if self.spec_path is not None else REPO_ROOT / "studies"
+
+    @property
+    def results_dir(self) -> Path:
+        return self.home / "results" / self.name
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs" / self.name
+
+    @property
+    def selection_metric(self) -> str:
+        return TASKS[self.task]["selection_metric"]
+
+    def seeds_of(self, preset: str) -> list[int]:
+        return self.seeds.get(preset, self.seeds["default"])
+
+    def representative_of(self, preset: str) -> str | None:
+        return next((group[0] for group in self.sweep_groups.values() if preset in group), None)
+
+
+def load_study(path: str | os.PathLike) -> Study:
+    """Read and check a study spec; every problem is a `StudyError` naming the field."""
+    path = Path(path)
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise StudyError(f"{path}: cannot read the study spec: {error}") from error
+    if not isinstance(spec, dict):
+        raise StudyError(f"{path}: a study spec is a JSON object")
+    unknown = set(spec) - SPEC_FIELDS
+    if unknown:
+        raise StudyError(f"{path}: unknown field(s) {sorted(unknown)}; valid: {sorted(SPEC_FIELDS)}")
+    for required in ("name", "task", "arguments", "presets", "seeds"):
+        if required not in spec:
+            raise StudyError(f"{path}: field {required!r} is missing")
+    if spec["task"] not in TASKS:
+        raise StudyError(f"{path}: task {spec['task']!r} is not one of {sorted(TASKS)}")
+    if not isinstance(spec["arguments"], dict):
+        raise StudyError(f"{path}: 'arguments' must map script options to values")
+    reserved = RUNNER_ARGUMENTS & set(spec["arguments"])
+    if reserved:
+        raise StudyError(f"{path}: arguments {sorted(reserved)} are set by the runner for each run")
+    known_presets = list_presets("encoder" if spec["task"] == "classification" else "seq2seq")
+    presets = spec["presets"]
+    if presets in ("seq2seq", "encoder"):
+        presets = list_presets(presets)
+    if not isinstance(presets, list) or not presets:
+        raise StudyError(f"{path}: 'presets' is a non-empty list of preset names, 'seq2seq' or 'encoder'")
+    for preset in presets:
+        if preset not in known_presets:
+            raise StudyError(f"{path}: presets: {preset!r} is not a {spec['task']} preset; valid: {known_presets}")
+    seeds = spec["seeds"]
+    if isinstance(seeds, list):
+        seeds = {"default": seeds}
+    if not isinstance(seeds, dict) or "default" not in seeds:
+        raise StudyError(f"{path}: 'seeds' is a list of ints or {{'default': [...], '<preset>': [...]}}")
+    for key, values in seeds.items():
+        if not (isinstance(values, list) and values and all(type(v) is int for v in values)):
+            raise StudyError(f"{path}: seeds.{key} must be a non-empty list of ints")
+    sweep = spec.get("sweep", {})
+    settings, groups = sweep.get("settings", []), sweep.get("groups", {})
+    if sweep and (not settings or not groups):
+        raise StudyError(f"{path}: sweep needs 'settings' (a list of option dicts) and 'groups'")
+    for index, setting in enumerate(settings):
+        if not isinstance(setting, dict) or not setting or RUNNER_ARGUMENTS & set(setting):
+            raise StudyError(f"{path}: sweep.settings[{index}] must be a non-empty dict of script options")
+    grouped = [preset for group in groups.values() for preset in group]
+    for preset in grouped:
+        if preset not in presets:
+            raise StudyError(f"{path}: sweep.groups: {preset!r} is not among the study's presets")
+    if len(grouped) != len(set(grouped)):
+        raise StudyError(f"{path}: sweep.groups: a preset belongs to at most one group")
+    save_steps = spec.get("save_steps", 500)
+    if type(save_steps) is not int or save_steps <= 0:
+        raise StudyError(f"{path}: save_steps must be a positive int")
+    return Study(
+        name=spec["name"],
+        task=spec["task"],
+        arguments=dict(TASKS[spec["task"]]["arguments"], **spec["arguments"]),
+        presets=presets,
+        seeds=seeds,
+        sweep_settings=settings,
+        sweep_groups={name: list(group) for name, group in groups.items()},
+        save_steps=save_steps,
+        analyses=spec.get("analyses", True),
+        description=spec.get("description", ""),
+        spec_path=path,
+    )
+
+
+# ---- the plan ----------------------------------------------------------------------------------------------------
+
+
+def sweep_runs(study: Study) -> list[Run]:
+    """One run per (group representative, setting), at the representative's first seed."""
+    return [
+        Run(group[0], study.seeds_of(group[0])[0], tuple(sorted(setting.items())))
+        for setting in study.sweep_settings
+        for group in study.sweep_groups.values()
+    ]
+
+
+def chosen_setting(study: Study, representative: str) -> tuple[tuple[str, object], ...] | None:
+    """The sweep setting with the best validation score for this representative; None while any is unfinished."""
+    scored = []
+    for setting in study.sweep_settings:
+        run = Run(representative, study.seeds_of(representative)[0], tuple(sorted(setting.items())))
+        result = read_result(study, run, sweep=True)
+        if result is None:
+            return None
+        scored.append((result["validation"].get(study.selection_metric, -math.inf), run.overrides))
+    return max(scored, key=lambda pair: pair[0])[1]
+
+
+def main_runs(study: Study) -> list[Run | None]:
+    """The study's runs, preset by preset; None where the preset's setting still waits for the sweep."""
+    runs = []
+    for preset in study.presets:
+        representative = study.representative_of(preset)
+        overrides = () if representative is None else chosen_setting(study, representative)
+        for seed in study.seeds_of(preset):
+            runs.append(None if overrides is None else Run(preset, seed, overrides))
+    return runs
+
+
+# ---- one run -----------------------------------------------------------------------------------------------------
+
+
+def command_for(study: Study, run: Run) -> list[str]:
+    """The training script's command line for one run."""
+    options = dict(study.arguments, **dict(run.overrides))
+    options.update(
+        attention_preset=run.preset,
+        seed=run.seed,
+        output_dir=str(study.runs_dir / run.name),
+        do_train=True,
+        do_eval=True,
+        do_predict=True,
+        save_strategy="steps",
+        save_steps=study.save_steps,
+        save_total_limit=1,
+    )
+    command = [sys.executable, str(REPO_ROOT / TASKS[study.task]["script"])]
+    for key, value in options.items():
+        if value is False or value is None:
+            continue
+        command.append(f"--{key}")
+        if value is not True:
+            command.append(value if isinstance(value, str) else json.dumps(value))
+    return command
+
+
+def result_path(study: Study, run: Run, sweep: bool = False) -> Path:
+    folder = study.results_dir / "sweep" if sweep else study.results_dir
+    name = run.name if sweep else f"{run.preset}--seed{run.seed}"
+    return folder / f"{name}.json"
+
+
+def read_result(study: Study, run: Run, sweep: bool = False) -> dict | None:
+    path = result_path(study, run, sweep)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def run_finished(study: Study, run: Run) -> bool:
+    results = study.runs_dir / run.name / "all_results.json"
+    return results.is_file() and "predict_runtime" in json.loads(results.read_text(encoding="utf-8"))
+
+
+def latest_checkpoint_step(run_dir: Path) -> int:
+    """The step of the newest complete checkpoint in a run folder (0 if none)."""
+    checkpoint = last_complete_checkpoint(run_dir)
+    return 0 if checkpoint is None else int(checkpoint.split("-")[-1])
+
+
+def train(study: Study, run: Run) -> subprocess.Popen:
+    """Start (or continue) one run's training in a subprocess at one thread; its output goes to `train.log`."""
+    run_dir = study.runs_dir / run.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attempts = run_dir / "attempts.jsonl"
+    with attempts.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"started": time.time(), "from_step": latest_checkpoint_step(run_dir)}) + "\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    log = (run_dir / "train.log").open("a", encoding="utf-8")
+    command = command_for(study, run) + ["--disable_tqdm", "true"]
+    return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def collect(study: Study, run: Run, sweep: bool = False) -> dict:
+    """Write the result file of a finished run (and its test predictions) from its run folder."""
+    run_dir = study.runs_dir / run.name
+    metrics = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))
+    state = json.loads((run_dir / "trainer_state.json").read_text(encoding="utf-8"))
+    attempts = [json.loads(line) for line in (run_dir / "attempts.jsonl").read_text(encoding="utf-8").splitlines()]
+    names = TASKS[study.task]["metrics"]
+    options = dict(study.arguments, **dict(run.overrides))
+    result = {
+        "study": study.name,
+        "preset": run.preset,
+        "seed": run.seed,
+        "task": study.task,
+        "sweep": sweep,
+        "run": run.name,
+        "parameters": count_parameters(run_dir),
+        "train_seconds": train_seconds(metrics, state, attempts[-1]["from_step"]),
+        "resumed_from_step": attempts[-1]["from_step"] or None,
+        "learning_rate": options.get("learning_rate"),
+        "warmup_steps": options.get("warmup_steps"),
+        "overrides": dict(run.overrides),
+        "validation": {name: metrics[f"eval_{name}"] for name in names if f"eval_{name}" in metrics},
+        "test": {name: metrics[f"predict_{name}"] for name in names if f"predict_{name}" in metrics},
+        "signatures": {key.split("_", 1)[1]: value for key, value in metrics.items() if key.endswith("_signature")},
+        "steps": state["global_step"],
+        "loss_curve": [[entry["step"], entry["loss"]] for entry in state["log_history"] if "loss" in entry],
+        "command": [Path(part).name if part == sys.executable else part for part in command_for(study, run)],
+    }
+    path = result_path(study, run, sweep)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    predictions = run_dir / "generated_predictions.txt"
+    if predictions.is_file():
+        shutil.copyfile(predictions, path.with_suffix(".test.txt"))
+    return result
+
+
+def train_seconds(metrics: dict, state: dict, from_step: int) -> float:
+    """Training time of the whole run; a resumed run's last attempt is scaled up to every step."""
+    seconds = metrics["train_runtime"]
+    steps = state["global_step"]
+    if from_step and steps > from_step:
+        seconds *= steps / (steps - from_step)
+    return round(seconds, 1)
+
+
+def count_parameters(run_dir: Path) -> int:
+    """Trainable parameters of the saved model, counted on the meta device (no weights are read)."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(run_dir)
+    with torch.device("meta"):
+        model = AutoModel.from_config(config)
+    return model.num_parameters()
+
+
+def script_module(study: Study):
+    """The task's training script as a module (its data loading is the one the runs used)."""
+    import importlib.util
+
+    script = REPO_ROOT / TASKS[study.task]["script"]
+    if str(script.parent) not in sys.path:
+        sys.path.insert(0, str(script.parent))  # run_translation_no_trainer imports its sibling the same way
+    spec = importlib.util.spec_from_file_location(script.stem, script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def evaluation_texts(study: Study, run: Run | None = None) -> tuple[list[str], list[str]]:
+    """(sources, references) of the test split the study's runs predicted, in order (translation studies)."""
+    from transformers import HfArgumentParser
+
+    if study.task != "translation":
+        raise StudyError(f"study {study.name!r}: test texts are read for translation studies, not {study.task!r}")
+    module = script_module(study)
+    run = run or Run(study.presets[0], study.seeds_of(study.presets[0])[0])
+    parser = HfArgumentParser((module.ModelArguments, module.DataTrainingArguments))
+    model_args, data_args, _ = parser.parse_args_into_dataclasses(
+        command_for(study, run)[2:], return_remaining_strings=True
+    )
+    dataset = module.select_split(
+        module.load_raw_datasets(data_args, model_args), "test", data_args.max_predict_samples, "--do_predict"
+    )
+    return module.source_and_target_texts(dataset, data_args)
+
+
+# ---- the loop ----------------------------------------------------------------------------------------------------
+
+
+def pending_runs(study: Study) -> list[tuple[Run, bool]]:
+    """(run, is_sweep) for every run without a result file whose options are known now."""
+    todo = [(run, True) for run in sweep_runs(study) if read_result(study, run, sweep=True) is None]
+    todo += [(run, False) for run in main_runs(study) if run is not None and read_result(study, run) is None]
+    return todo
+
+
+def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=None) -> list[Path]:
+    """Train every run of the study that has no result yet, `jobs` at a time; returns the result files written.
+
+    `analyze(study, run, result_path)` is called on each finished main run (the papers' analyses). Interrupted,
+    it stops its training processes; their checkpoints stay for the next start.
+    """
+    written, running, failed = [], {}, set()
+    try:
+        while True:
+            for name, process in list(running.items()):
+                if process.poll() is not None:
+                    del running[name]
+                    if process.returncode != 0:
+                        failed.add(name)
+                        logger.error("%s failed (exit %d): see %s", name, process.returncode, study.runs_dir / name)
+            startable, collected = {}, False
+            for run, sweep in pending_runs(study):
+                if run.name in running or run.name in failed:
+                    continue
+                if run_finished(study, run):
+                    path = result_path(study, run, sweep)
+                    result = collect(study, run, sweep)
+                    logger.info("%s: validation %s, test %s", path.name, result["validation"], result["test"])
+                    if not sweep and analyze is not None and study.analyses:
+                        analyze(study, run, path)
+                    written.append(path)
+                    collected = True
+                else:
+                    startable[run.name] = run
+            for run in list(startable.values())[: max(0, jobs - len(running))]:
+                logger.info("training %s", run.name)
+                running[run.name] = train(study, run)
+            if not running and not startable and not collected:
+                break
+            if not collected:
+                time.sleep(poll_seconds)
+    finally:
+        for process in running.values():
+            process.terminate()
+            process.wait()
+    if failed:
+        raise RuntimeError(f"{len(failed)} run(s) failed: {sorted(failed)}")
+    return written

@@ -1,0 +1,227 @@
+"""A study's results as a markdown table and charts: mean ± std over seeds, paired bootstrap against `base`.
+
+`python studies/summarize.py <study>` writes `studies/results/<study>/README.md` (the table, the sweep, the
+charts) and `studies/results/<study>/*.png`. The significance test is SacreBLEU's paired bootstrap resampling
+(`sacrebleu.significance.PairedTest`, 1,000 resamples, SacreBLEU's fixed seed 12345 unless `SACREBLEU_SEED`
+says otherwise) on the test split, each preset's run against
+`base`'s run of the same seed.
+"""
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from .study import TASKS, Study, evaluation_texts
+
+
+BOOTSTRAP_SAMPLES = 1000
+SIGNIFICANCE_LEVEL = 0.05
+
+
+def load_results(folder: Path) -> list[dict]:
+    return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("*.json"))]
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (None for a single value)."""
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def format_mean_std(values: Sequence[float]) -> str:
+    mean, std = mean_std(values)
+    return f"{mean:.2f}" if std is None else f"{mean:.2f} ± {std:.2f}"
+
+
+def paired_bootstrap(
+    baseline: Sequence[str], system: Sequence[str], references: Sequence[str], metrics: Sequence[str] = ("bleu", "chrf")
+) -> dict[str, dict[str, float]]:
+    """SacreBLEU's paired bootstrap of `system` against `baseline`: per metric both scores, the system's bootstrap
+    mean and 95 % half-interval, and the p-value of the difference.
+
+    Identical outputs get p = 1 (SacreBLEU's centred statistic would give 1 / (resamples + 1) there).
+    """
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.significance import PairedTest
+
+    scorers = {"bleu": BLEU, "chrf": CHRF}
+    baseline, system, references = list(baseline), list(system), list(references)
+    if system == baseline:
+        scores = {name: scorers[name]().corpus_score(system, [references]).score for name in metrics}
+        return {
+            name: {"baseline": round(score, 4), "score": round(score, 4), "mean": round(score, 4), "ci": 0.0,
+                   "p_value": 1.0}
+            for name, score in scores.items()
+        }
+    test = PairedTest(
+        named_systems=[("baseline", baseline), ("system", system)],
+        metrics={name: scorers[name]() for name in metrics},
+        references=[references],
+        test_type="bs",
+        n_samples=BOOTSTRAP_SAMPLES,
+    )
+    _, scores = test()
+    columns = [column for column in scores if column != "System"]  # SacreBLEU's display names, in our order
+    outcome = {}
+    for name, column in zip(metrics, columns):
+        baseline_result, system_result = scores[column]
+        values = {
+            "baseline": baseline_result.score,
+            "score": system_result.score,
+            "mean": system_result.mean,
+            "ci": system_result.ci,
+            "p_value": system_result.p_value,
+        }
+        outcome[name] = {key: round(float(value), 4) for key, value in values.items()}  # numpy floats inside
+    return outcome
+
+
+def read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+
+
+def significance_against_base(study: Study, results: list[dict]) -> dict[str, list[dict]]:
+    """Per preset, the paired bootstrap of each seed's test predictions against `base`'s of the same seed."""
+    base = {result["seed"]: result for result in results if result["preset"] == "base"}
+    if study.task != "translation" or not base:
+        return {}
+    _, references = evaluation_texts(study)
+    tests = {}
+    for result in results:
+        if result["preset"] == "base" or result["seed"] not in base:
+            continue
+        system = read_lines(study.results_dir / f"{result['preset']}--seed{result['seed']}.test.txt")
+        baseline = read_lines(study.results_dir / f"base--seed{result['seed']}.test.txt")
+        outcome = paired_bootstrap(baseline, system, references)
+        tests.setdefault(result["preset"], []).append(dict(seed=result["seed"], **outcome))
+    return tests
+
+
+def results_table(study: Study, results: list[dict], significance: dict[str, list[dict]]) -> str:
+    """One row per preset in the study's order: seeds, test metrics (mean ± std), validation, p against base."""
+    names = TASKS[study.task]["metrics"]
+    header = ["preset", "seeds", *(f"test {n}" for n in names), f"validation {names[0]}", "lr", "parameters",
+              "train time"]
+    if significance:
+        header.append(f"p vs base ({names[0]})")
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    by_preset = {}
+    for result in results:
+        by_preset.setdefault(result["preset"], []).append(result)
+    for preset in [p for p in study.presets if p in by_preset]:
+        runs = by_preset[preset]
+        cells = [preset, ",".join(str(r["seed"]) for r in runs)]
+        cells += [format_mean_std([r["test"][n] for r in runs]) for n in names]
+        cells += [format_mean_std([r["validation"][names[0]] for r in runs])]
+        cells += [f"{runs[0]['learning_rate']:g}", f"{runs[0]['parameters']:,}"]
+        cells += [f"{statistics.fmean(r['train_seconds'] for r in runs) / 60:.1f} min"]
+        if significance:
+            tests = significance.get(preset, [])
+            cells.append(", ".join(f"{t[names[0]]['p_value']:.3f}" for t in tests) if tests else "-")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def sweep_table(study: Study, sweep: list[dict]) -> str:
+    """Validation score of each representative at each setting; the chosen one in bold."""
+    metric = study.selection_metric
+    settings = [tuple(sorted(setting.items())) for setting in study.sweep_settings]
+    labels = [", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in s) for s in settings]
+    header = ["group", "representative", *labels]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for group, members in study.sweep_groups.items():
+        scores = {}
+        for result in sweep:
+            if result["preset"] == members[0]:
+                scores[tuple(sorted(result["overrides"].items()))] = result["validation"].get(metric)
+        best = max((v for v in scores.values() if v is not None), default=None)
+        cells = [
+            "-" if s not in scores else (f"**{scores[s]:.2f}**" if scores[s] == best else f"{scores[s]:.2f}")
+            for s in settings
+        ]
+        rows.append("| " + " | ".join([group, members[0], *cells]) + " |")
+    return "\n".join(rows)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def loss_chart(results: list[dict], path: Path) -> Path:
+    """Training loss against step, one line per run."""
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(9, 5.5))
+    for result in results:
+        steps, losses = zip(*result["loss_curve"]) if result["loss_curve"] else ((), ())
+        axis.plot(steps, losses, label=f"{result['preset']} s{result['seed']}", linewidth=1)
+    axis.set_xlabel("step")
+    axis.set_ylabel("training loss")
+    axis.set_yscale("log")
+    axis.legend(fontsize=6, ncol=3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def score_chart(study: Study, results: list[dict], path: Path) -> Path:
+    """Test score per preset (mean with min-max over seeds); base's mean as a line."""
+    plt = pyplot()
+    metric = TASKS[study.task]["metrics"][0]
+    presets = [p for p in study.presets if any(r["preset"] == p for r in results)]
+    values = [[r["test"][metric] for r in results if r["preset"] == p] for p in presets]
+    means = [statistics.fmean(v) for v in values]
+    errors = [[m - min(v) for m, v in zip(means, values)], [max(v) - m for m, v in zip(means, values)]]
+    figure, axis = plt.subplots(figsize=(max(6, 0.35 * len(presets) + 2), 4.5))
+    axis.bar(range(len(presets)), means, yerr=errors, color="tab:blue", capsize=2)
+    if "base" in presets:
+        axis.axhline(means[presets.index("base")], color="tab:red", linewidth=1, label="base")
+        axis.legend()
+    axis.set_xticks(range(len(presets)), presets, rotation=70, fontsize=8)
+    axis.set_ylabel(f"test {metric}")
+    axis.set_title(study.name)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def summarize(study: Study) -> Path:
+    """Write the study's README.md (tables) and charts next to its results; returns the README's path."""
+    results = load_results(study.results_dir)
+    if not results:
+        raise FileNotFoundError(f"no results in {study.results_dir}: run `python studies/run_study.py` first")
+    sweep = load_results(study.results_dir / "sweep")
+    significance = significance_against_base(study, results)
+    (study.results_dir / "significance.json").write_text(json.dumps(significance, indent=1) + "\n", encoding="utf-8")
+    loss_chart(results, study.results_dir / "loss_curves.png")
+    score_chart(study, results, study.results_dir / "scores.png")
+    lines = [
+        f"# Study `{study.name}`",
+        "",
+        study.description,
+        "",
+        f"{len(results)} of {sum(len(study.seeds_of(p)) for p in study.presets)} runs finished. Test metrics: mean "
+        f"± std over seeds; p: SacreBLEU paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) against `base` of the "
+        f"same seed, one value per seed (p < {SIGNIFICANCE_LEVEL} is a significant difference).",
+        "",
+        results_table(study, results, significance),
+        "",
+        "![test scores](scores.png)",
+        "",
+        "![loss curves](loss_curves.png)",
+    ]
+    if sweep:
+        lines += ["", f"## Sweep (validation {study.selection_metric}; the setting in bold is used)", "",
+                  sweep_table(study, sweep)]
+    signature = next((r["signatures"] for r in results if r["signatures"]), None)
+    if signature:
+        lines += ["", "Signatures: " + "; ".join(f"`{k}`: `{v}`" for k, v in sorted(signature.items()))]
+    path = study.results_dir / "README.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,33 @@
+"""Run a study: `python studies/run_study.py studies/<name>.json --jobs 2` (see `hf_simple_attn.study`).
+
+Start it again after an interruption: finished runs are skipped, unfinished ones continue from their last checkpoint.
+"""
+
+import argparse
+import logging
+import sys
+
+from hf_simple_attn.study import StudyError, load_study, run_study
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("spec", help="the study's JSON spec, e.g. studies/mt-families.json")
+    parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    parser.add_argument("--no_analyses", action="store_true", help="skip the attention analyses of finished runs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
+    try:
+        study = load_study(args.spec)
+    except StudyError as error:
+        parser.error(str(error))
+    analyze = None
+    if not args.no_analyses:
+        from hf_simple_attn.study_analysis import analyze_run as analyze
+    written = run_study(study, jobs=args.jobs, analyze=analyze)
+    print(f"{study.name}: {len(written)} result file(s) written in {study.results_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The study runner (plan, resume after a kill, result files) and the summary maths."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sacrebleu
+
+from hf_simple_attn.study import (
+    Run,
+    StudyError,
+    chosen_setting,
+    command_for,
+    load_study,
+    main_runs,
+    result_path,
+    run_study,
+    sweep_runs,
+    evaluation_texts,
+)
+from hf_simple_attn.study_summary import paired_bootstrap, summarize
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOY_ARGUMENTS = {
+    "dataset_name": "embedded", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "attention_heads": 2,
+    "ffn_dim": 32, "vocab_size": 300, "max_train_samples": 200, "max_eval_samples": 12, "max_predict_samples": 12,
+    "max_steps": 30, "per_device_train_batch_size": 8, "per_device_eval_batch_size": 12,
+    "val_max_target_length": 8, "logging_steps": 5, "learning_rate": 1e-3,
+}
+
+
+def write_spec(folder: Path, **fields) -> Path:
+    spec = {"name": "toy", "task": "translation", "arguments": TOY_ARGUMENTS, "presets": ["base", "hc-sa"],
+            "seeds": [1], "save_steps": 5, "analyses": False}
+    spec.update(fields)
+    path = folder / "toy.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def fake_result(study, run: Run, validation_bleu: float, sweep: bool) -> None:
+    path = result_path(study, run, sweep)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"preset": run.preset, "seed": run.seed, "validation": {"bleu": validation_bleu},
+                                "overrides": dict(run.overrides)}))
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"task": "parsing"}, "task 'parsing' is not one of"),
+        ({"presets": ["base", "band6"]}, "'band6' is not a translation preset"),
+        ({"seeds": [1.5]}, "seeds.default must be a non-empty list of ints"),
+        ({"colour": "red"}, "unknown field(s) ['colour']"),
+        ({"arguments": dict(TOY_ARGUMENTS, seed=3)}, "arguments ['seed'] are set by the runner"),
+        ({"sweep": {"settings": [{"learning_rate": 1e-3}], "groups": {"g": ["ran-d"]}}}, "'ran-d' is not among"),
+        ({"sweep": {"settings": [], "groups": {"g": ["base"]}}}, "sweep needs 'settings'"),
+    ],
+)
+def test_bad_specs_name_the_field(tmp_path, fields, message):
+    with pytest.raises(StudyError) as error:
+        load_study(write_spec(tmp_path, **fields))
+    assert message in str(error.value)
+    assert "toy.json" in str(error.value)
+
+
+def test_the_sweep_chooses_on_validation_and_its_run_is_reused(tmp_path):
+    settings = [{"learning_rate": 1e-3}, {"learning_rate": 5e-4}]
+    study = load_study(write_spec(
+        tmp_path, presets=["base", "hc-sa", "sh-x"], seeds={"default": [1], "hc-sa": [1, 2]},
+        sweep={"settings": settings, "groups": {"hc": ["hc-sa", "sh-x"]}},
+    ))
+    assert [run.name for run in sweep_runs(study)] == ["hc-sa--lr0.001--seed1", "hc-sa--lr0.0005--seed1"]
+    # base is outside every group: it runs at once with the spec's arguments; the group waits for its sweep.
+    assert [None if run is None else run.name for run in main_runs(study)] == ["base--seed1", None, None, None]
+    fake_result(study, sweep_runs(study)[0], validation_bleu=3.0, sweep=True)
+    assert chosen_setting(study, "hc-sa") is None
+    fake_result(study, sweep_runs(study)[1], validation_bleu=4.0, sweep=True)
+    assert chosen_setting(study, "hc-sa") == (("learning_rate", 5e-4),)
+    names = [run.name for run in main_runs(study)]
+    assert names == ["base--seed1", "hc-sa--lr0.0005--seed1", "hc-sa--lr0.0005--seed2", "sh-x--lr0.0005--seed1"]
+    # The representative's main run is the sweep run itself (same folder, trained once).
+    assert names[1] == sweep_runs(study)[1].name
+    command = command_for(study, main_runs(study)[3])
+    assert command[command.index("--learning_rate") + 1] == "0.0005"
+    assert command[command.index("--attention_preset") + 1] == "sh-x"
+    assert command[command.index("--output_dir") + 1] == str(tmp_path / "runs" / "toy" / "sh-x--lr0.0005--seed1")
+
+
+def wait_for(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(0.1)
+
+
+def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_path):
+    spec = write_spec(tmp_path)
+    study = load_study(spec)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO_ROOT))
+    command = [sys.executable, str(REPO_ROOT / "studies" / "run_study.py"), str(spec), "--jobs", "2", "--no_analyses"]
+    runner = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    checkpoint_state = study.runs_dir / "base--seed1" / "checkpoint-10" / "trainer_state.json"
+    try:
+        wait_for(checkpoint_state.is_file, timeout=240)
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)  # the machine stops: runner and training processes die at once
+        runner.wait()
+    assert not result_path(study, Run("base", 1)).exists()
+
+    written = run_study(study, jobs=2, poll_seconds=0.5)
+    assert sorted(path.name for path in written) == ["base--seed1.json", "hc-sa--seed1.json"]
+    result = json.loads(result_path(study, Run("base", 1)).read_text())
+    assert result["resumed_from_step"] >= 10
+    assert result["steps"] == 30
+    assert {"study", "preset", "seed", "task", "parameters", "train_seconds", "validation", "test",
+            "learning_rate", "loss_curve", "signatures"} <= set(result)
+    assert set(result["test"]) == {"bleu", "chrf"} and set(result["validation"]) == {"bleu", "chrf"}
+    assert result["parameters"] > 0 and result["train_seconds"] > 0 and result["learning_rate"] == 1e-3
+    assert [step for step, _ in result["loss_curve"]] == [5, 10, 15, 20, 25, 30]
+    assert result["signatures"]["bleu_signature"].startswith("nrefs:1|case:mixed")
+    predictions = result_path(study, Run("base", 1)).with_suffix(".test.txt").read_text().splitlines()
+    sources, references = evaluation_texts(study)
+    assert len(predictions) == len(references) == len(sources) == 12
+    assert result["test"]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(predictions, [references]).score, abs=1e-3)
+
+    # A finished study trains nothing again; the summary reads what it wrote.
+    assert run_study(study, jobs=2, poll_seconds=0.5) == []
+    readme = summarize(study).read_text()
+    assert "| base | 1 |" in readme and "| hc-sa | 1 |" in readme
+    assert (study.results_dir / "loss_curves.png").stat().st_size > 0
+    assert (study.results_dir / "scores.png").stat().st_size > 0
+
+
+REFERENCES = [f"the {animal} sat on the mat number {n} today" for n in range(40) for animal in ("cat",)]
+
+
+def test_paired_bootstrap_separates_a_clear_difference_from_a_small_one():
+    good = list(REFERENCES)
+    bad = [text.replace("sat on the mat", "stood near a chair") for text in REFERENCES]
+    nearly = good[:-1] + ["the dog sat on a mat number 39 today"]
+
+    clear = paired_bootstrap(bad, good, REFERENCES)
+    assert clear["bleu"]["score"] == pytest.approx(100.0)
+    assert clear["bleu"]["baseline"] == pytest.approx(sacrebleu.corpus_bleu(bad, [REFERENCES]).score, abs=1e-3)
+    assert clear["chrf"]["baseline"] == pytest.approx(sacrebleu.corpus_chrf(bad, [REFERENCES]).score, abs=1e-3)
+    assert clear["bleu"]["p_value"] < 0.05 and clear["chrf"]["p_value"] < 0.05
+
+    small = paired_bootstrap(good, nearly, REFERENCES)
+    assert small["bleu"]["p_value"] > 0.05
+    assert small == paired_bootstrap(good, nearly, REFERENCES)  # a fixed seed: the same figures every time
+
+    same = paired_bootstrap(good, list(good), REFERENCES)
+    assert same["bleu"]["p_value"] == 1.0 and same["bleu"]["score"] == same["bleu"]["baseline"]
