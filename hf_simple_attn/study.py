@@ -50,21 +50,25 @@ TASKS = {
         "metrics": ("bleu", "chrf"),
         "selection_metric": "bleu",
         "arguments": {"predict_with_generate": True},
+        "predictions": "generated_predictions.txt",
     },
     "classification": {
         "script": "training/run_glue.py",
         "metrics": ("accuracy", "f1", "matthews_correlation"),
         "selection_metric": "accuracy",
         "arguments": {},
+        "predictions": "predict_results.txt",
     },
     "summarization": {
         "script": "training/run_summarization.py",
         "metrics": ("rouge1", "rouge2", "rougeL"),
         "selection_metric": "rougeL",
         "arguments": {"predict_with_generate": True},
+        "predictions": "generated_predictions.txt",
     },
 }
 SPEC_FIELDS = {"name", "task", "description", "arguments", "presets", "seeds", "sweep", "save_steps", "analyses"}
+PACKAGE_PREFIX = "package:"
 # Options the runner sets for every run; a spec may not set them in "arguments".
 RUNNER_ARGUMENTS = {"attention_preset", "seed", "output_dir", "do_train", "do_eval", "do_predict", "save_strategy"}
 
@@ -89,7 +93,7 @@ class Run:
 
 def setting_tag(key: str, value) -> str:
     """Short, file-name-safe label of one option: `learning_rate` 0.001 -> `lr0.001`."""
-    short = {"learning_rate": "lr", "warmup_steps": "wu", "warmup_ratio": "wr", "weight_decay": "wd"}
+    short = {"learning_rate": "lr", "warmup_steps": "wu", "weight_decay": "wd"}
     return f"{short.get(key, key)}{value:g}" if isinstance(value, float) else f"{short.get(key, key)}{value}"
 
 
@@ -259,8 +263,28 @@ def command_for(study: Study, run: Run) -> list[str]:
             continue
         command.append(f"--{key}")
         if value is not True:
-            command.append(value if isinstance(value, str) else json.dumps(value))
+            command.append(resolve_package_path(value) if isinstance(value, str) else json.dumps(value))
     return command
+
+
+def portable_command(command: list[str]) -> list[str]:
+    """The command as a reader reruns it from the repository root: `python`, paths relative to the root."""
+    root = str(REPO_ROOT) + os.sep
+    return ["python"] + [part.replace(root, "") for part in command[1:]]
+
+
+def resolve_package_path(value: str) -> str:
+    """`package:<module>/<path>` -> that path inside an installed Python package (e.g. a pretrained model shipped
+    on PyPI); any other text as it is."""
+    if not value.startswith(PACKAGE_PREFIX):
+        return value
+    import importlib.util
+
+    module, _, inner = value[len(PACKAGE_PREFIX) :].partition("/")
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise StudyError(f"{value}: the Python package {module!r} is not installed (pip install it first)")
+    return str(Path(spec.origin).parent / inner)
 
 
 def result_path(study: Study, run: Run, sweep: bool = False) -> Path:
@@ -325,12 +349,12 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
         "signatures": {key.split("_", 1)[1]: value for key, value in metrics.items() if key.endswith("_signature")},
         "steps": state["global_step"],
         "loss_curve": [[entry["step"], entry["loss"]] for entry in state["log_history"] if "loss" in entry],
-        "command": [Path(part).name if part == sys.executable else part for part in command_for(study, run)],
+        "command": portable_command(command_for(study, run)),
     }
     path = result_path(study, run, sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    predictions = run_dir / "generated_predictions.txt"
+    predictions = run_dir / TASKS[study.task]["predictions"]
     if predictions.is_file():
         shutil.copyfile(predictions, path.with_suffix(".test.txt"))
     return result

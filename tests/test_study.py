@@ -160,3 +160,21 @@ def test_paired_bootstrap_separates_a_clear_difference_from_a_small_one():
 
     same = paired_bootstrap(good, list(good), REFERENCES)
     assert same["bleu"]["p_value"] == 1.0 and same["bleu"]["score"] == same["bleu"]["baseline"]
+
+
+@pytest.mark.parametrize("spec", sorted((REPO_ROOT / "studies").glob("*.json")), ids=lambda path: path.stem)
+def test_every_committed_study_spec_loads_and_its_script_accepts_every_option(spec):
+    from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
+
+    from hf_simple_attn.study import script_module
+
+    study = load_study(spec)
+    assert study.name == spec.stem
+    module = script_module(study)
+    training_arguments = TrainingArguments if study.task == "classification" else Seq2SeqTrainingArguments
+    parser = HfArgumentParser((module.ModelArguments, module.DataTrainingArguments, module.AttentionArguments,
+                               module.ModelSizeArguments, training_arguments))
+    runs = sweep_runs(study) + [Run(preset, study.seeds_of(preset)[0]) for preset in study.presets]
+    for run in runs:
+        *_, remaining = parser.parse_args_into_dataclasses(command_for(study, run)[2:], return_remaining_strings=True)
+        assert remaining == [], f"{spec.name}: {run.name}: the script does not know {remaining}"
