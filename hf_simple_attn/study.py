@@ -67,7 +67,9 @@ TASKS = {
         "predictions": "generated_predictions.txt",
     },
 }
-SPEC_FIELDS = {"name", "task", "description", "arguments", "presets", "seeds", "sweep", "save_steps", "analyses"}
+SPEC_FIELDS = {
+    "name", "task", "description", "arguments", "presets", "seeds", "sweep", "save_steps", "analyses", "baselines"
+}
 PACKAGE_PREFIX = "package:"
 # Options the runner sets for every run; a spec may not set them in "arguments".
 RUNNER_ARGUMENTS = {"attention_preset", "seed", "output_dir", "do_train", "do_eval", "do_predict", "save_strategy"}
@@ -109,6 +111,7 @@ class Study:
     save_steps: int = 500
     analyses: bool = True
     description: str = ""
+    baselines: list[str] = field(default_factory=list)
     spec_path: Path | None = None
 
     @property
@@ -187,6 +190,11 @@ def load_study(path: str | os.PathLike) -> Study:
             raise StudyError(f"{path}: sweep.groups: {preset!r} is not among the study's presets")
     if len(grouped) != len(set(grouped)):
         raise StudyError(f"{path}: sweep.groups: a preset belongs to at most one group")
+    baselines = spec.get("baselines", [])
+    from .baselines import BASELINES
+
+    if spec["task"] != "translation" and baselines or any(name not in BASELINES for name in baselines):
+        raise StudyError(f"{path}: baselines: translation studies may name {sorted(BASELINES)}, got {baselines}")
     save_steps = spec.get("save_steps", 500)
     if type(save_steps) is not int or save_steps <= 0:
         raise StudyError(f"{path}: save_steps must be a positive int")
@@ -201,6 +209,7 @@ def load_study(path: str | os.PathLike) -> Study:
         save_steps=save_steps,
         analyses=spec.get("analyses", True),
         description=spec.get("description", ""),
+        baselines=list(baselines),
         spec_path=path,
     )
 
@@ -393,25 +402,59 @@ def script_module(study: Study):
     return module
 
 
-def evaluation_texts(study: Study, run: Run | None = None) -> tuple[list[str], list[str]]:
-    """(sources, references) of the test split the study's runs predicted, in order (translation studies)."""
+def script_data_arguments(study: Study):
+    """(module, model arguments, data arguments) as the task's script parses the study's command line."""
     from transformers import HfArgumentParser
 
-    if study.task != "translation":
-        raise StudyError(f"study {study.name!r}: test texts are read for translation studies, not {study.task!r}")
     module = script_module(study)
-    run = run or Run(study.presets[0], study.seeds_of(study.presets[0])[0])
     parser = HfArgumentParser((module.ModelArguments, module.DataTrainingArguments))
+    first = Run(study.presets[0], study.seeds_of(study.presets[0])[0])
     model_args, data_args, _ = parser.parse_args_into_dataclasses(
-        command_for(study, run)[2:], return_remaining_strings=True
+        command_for(study, first)[2:], return_remaining_strings=True
     )
-    dataset = module.select_split(
-        module.load_raw_datasets(data_args, model_args), "test", data_args.max_predict_samples, "--do_predict"
-    )
+    return module, model_args, data_args
+
+
+def evaluation_texts(study: Study, split: str = "test") -> tuple[list[str], list[str]]:
+    """(sources, references) of a split as the study's runs evaluated it ("validation" or "test"), in order
+    (translation studies)."""
+    if study.task != "translation":
+        raise StudyError(f"study {study.name!r}: texts are read for translation studies, not {study.task!r}")
+    module, model_args, data_args = script_data_arguments(study)
+    limit = data_args.max_predict_samples if split == "test" else data_args.max_eval_samples
+    dataset = module.select_split(module.load_raw_datasets(data_args, model_args), split, limit, split)
     return module.source_and_target_texts(dataset, data_args)
 
 
 # ---- the loop ----------------------------------------------------------------------------------------------------
+
+
+def write_baseline_result(study: Study, name: str) -> Path | None:
+    """Score an outside system on the study's validation and test splits (once); None if it is not installed."""
+    from .baselines import BASELINES
+
+    path = study.results_dir / "baselines" / f"{name}.json"
+    if path.is_file():
+        return None
+    baseline = BASELINES[name]
+    module, _, data_args = script_data_arguments(study)
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+    if not baseline.available(source_lang, target_lang):
+        logger.warning("baseline %s skipped: %s", name, baseline.install_hint(source_lang, target_lang))
+        return None
+    scorer = module.TranslationScorer()
+    result = {"study": study.name, "baseline": name, "task": study.task, "system": baseline.describe()}
+    for split, key in (("validation", "validation"), ("test", "test")):
+        sources, references = evaluation_texts(study, split)
+        predictions = baseline.translate(sources, source_lang, target_lang)
+        result[key] = scorer(predictions, references)
+        if split == "test":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.with_suffix(".test.txt").write_text("\n".join(predictions) + "\n", encoding="utf-8")
+    result["signatures"] = scorer.signatures
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    logger.info("%s: validation %s, test %s", path.name, result["validation"], result["test"])
+    return path
 
 
 def pending_runs(study: Study) -> list[tuple[Run, bool]]:
@@ -428,6 +471,10 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
     it stops its training processes; their checkpoints stay for the next start.
     """
     written, running, failed = [], {}, set()
+    for name in study.baselines:
+        path = write_baseline_result(study, name)
+        if path is not None:
+            written.append(path)
     try:
         while True:
             for name, process in list(running.items()):

@@ -80,30 +80,43 @@ def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
 
 
-def significance_against_base(study: Study, results: list[dict]) -> dict[str, list[dict]]:
-    """Per preset, the paired bootstrap of each seed's test predictions against `base`'s of the same seed."""
-    base = {result["seed"]: result for result in results if result["preset"] == "base"}
-    if study.task != "translation" or not base:
+def reference_predictions(study: Study, results: list[dict]) -> dict[str, dict[int | None, Path]]:
+    """The systems every preset is tested against: `base` (its run of the same seed) and each outside baseline
+    (one output for every seed, key None)."""
+    references = {}
+    base = {r["seed"]: study.results_dir / f"base--seed{r['seed']}.test.txt" for r in results if r["preset"] == "base"}
+    if base:
+        references["base"] = base
+    for path in sorted((study.results_dir / "baselines").glob("*.test.txt")):
+        references[path.name.removesuffix(".test.txt")] = {None: path}
+    return references
+
+
+def significance(study: Study, results: list[dict]) -> dict[str, dict[str, list[dict]]]:
+    """{reference: {preset: [paired bootstrap per seed]}} on the test split (translation studies)."""
+    references_by_name = reference_predictions(study, results) if study.task == "translation" else {}
+    if not references_by_name:
         return {}
     _, references = evaluation_texts(study)
     tests = {}
-    for result in results:
-        if result["preset"] == "base" or result["seed"] not in base:
-            continue
-        system = read_lines(study.results_dir / f"{result['preset']}--seed{result['seed']}.test.txt")
-        baseline = read_lines(study.results_dir / f"base--seed{result['seed']}.test.txt")
-        outcome = paired_bootstrap(baseline, system, references)
-        tests.setdefault(result["preset"], []).append(dict(seed=result["seed"], **outcome))
+    for name, outputs in references_by_name.items():
+        for result in results:
+            reference = outputs.get(result["seed"], outputs.get(None))
+            if result["preset"] == name or reference is None:
+                continue
+            system = read_lines(study.results_dir / f"{result['preset']}--seed{result['seed']}.test.txt")
+            outcome = paired_bootstrap(read_lines(reference), system, references)
+            tests.setdefault(name, {}).setdefault(result["preset"], []).append(dict(seed=result["seed"], **outcome))
     return tests
 
 
-def results_table(study: Study, results: list[dict], significance: dict[str, list[dict]]) -> str:
-    """One row per preset in the study's order: seeds, test metrics (mean ± std), validation, p against base."""
+def results_table(study: Study, results: list[dict], tests: dict[str, dict[str, list[dict]]],
+                  baselines: list[dict]) -> str:
+    """One row per preset in the study's order (seeds, test metrics as mean ± std, validation, p against each
+    reference system), then one per outside baseline."""
     names = TASKS[study.task]["metrics"]
     header = ["preset", "seeds", *(f"test {n}" for n in names), f"validation {names[0]}", "lr", "parameters",
-              "train time"]
-    if significance:
-        header.append(f"p vs base ({names[0]})")
+              "train time", *(f"p vs {reference} ({names[0]})" for reference in tests)]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     by_preset = {}
     for result in results:
@@ -115,9 +128,13 @@ def results_table(study: Study, results: list[dict], significance: dict[str, lis
         cells += [format_mean_std([r["validation"][names[0]] for r in runs])]
         cells += [f"{runs[0]['learning_rate']:g}", f"{runs[0]['parameters']:,}"]
         cells += [f"{statistics.fmean(r['train_seconds'] for r in runs) / 60:.1f} min"]
-        if significance:
-            tests = significance.get(preset, [])
-            cells.append(", ".join(f"{t[names[0]]['p_value']:.3f}" for t in tests) if tests else "-")
+        for by_reference in tests.values():
+            paired = by_reference.get(preset, [])
+            cells.append(", ".join(f"{t[names[0]]['p_value']:.3f}" for t in paired) if paired else "-")
+        rows.append("| " + " | ".join(cells) + " |")
+    for baseline in baselines:
+        cells = [f"{baseline['baseline']} (outside baseline)", "-", *(f"{baseline['test'][n]:.2f}" for n in names),
+                 f"{baseline['validation'][names[0]]:.2f}", "-", "-", "-", *("-" for _ in tests)]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -197,8 +214,9 @@ def summarize(study: Study) -> Path:
     if not results:
         raise FileNotFoundError(f"no results in {study.results_dir}: run `python studies/run_study.py` first")
     sweep = load_results(study.results_dir / "sweep")
-    significance = significance_against_base(study, results)
-    (study.results_dir / "significance.json").write_text(json.dumps(significance, indent=1) + "\n", encoding="utf-8")
+    baselines = load_results(study.results_dir / "baselines")
+    tests = significance(study, results)
+    (study.results_dir / "significance.json").write_text(json.dumps(tests, indent=1) + "\n", encoding="utf-8")
     loss_chart(results, study.results_dir / "loss_curves.png")
     score_chart(study, results, study.results_dir / "scores.png")
     lines = [
@@ -208,9 +226,10 @@ def summarize(study: Study) -> Path:
         "",
         f"{len(results)} of {sum(len(study.seeds_of(p)) for p in study.presets)} runs finished. Test metrics: mean "
         f"± std over seeds; p: SacreBLEU paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) against `base` of the "
-        f"same seed, one value per seed (p < {SIGNIFICANCE_LEVEL} is a significant difference).",
+        f"same seed (and each outside baseline), one value per seed (p < {SIGNIFICANCE_LEVEL}: a significant "
+        "difference).",
         "",
-        results_table(study, results, significance),
+        results_table(study, results, tests, baselines),
         "",
         "![test scores](scores.png)",
         "",

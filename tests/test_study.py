@@ -61,6 +61,7 @@ def fake_result(study, run: Run, validation_bleu: float, sweep: bool) -> None:
         ({"arguments": dict(TOY_ARGUMENTS, seed=3)}, "arguments ['seed'] are set by the runner"),
         ({"sweep": {"settings": [{"learning_rate": 1e-3}], "groups": {"g": ["ran-d"]}}}, "'ran-d' is not among"),
         ({"sweep": {"settings": [], "groups": {"g": ["base"]}}}, "sweep needs 'settings'"),
+        ({"baselines": ["google"]}, "baselines: translation studies may name ['apertium']"),
     ],
 )
 def test_bad_specs_name_the_field(tmp_path, fields, message):
@@ -101,16 +102,28 @@ def wait_for(condition, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_path):
-    spec = write_spec(tmp_path)
+def fake_apertium(folder: Path) -> Path:
+    """An `apertium` that knows the eng-deu pair and returns its input unchanged."""
+    folder.mkdir()
+    script = folder / "apertium"
+    script.write_text('#!/bin/sh\nif [ "$1" = "-l" ]; then echo eng-deu; else cat; fi\n')
+    script.chmod(0o755)
+    return folder
+
+
+def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{fake_apertium(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}")
+    spec = write_spec(tmp_path, baselines=["apertium"])
     study = load_study(spec)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO_ROOT))
     command = [sys.executable, str(REPO_ROOT / "studies" / "run_study.py"), str(spec), "--jobs", "2", "--no_analyses"]
-    runner = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    log = tmp_path / "runner.log"
+    with log.open("w") as output:
+        runner = subprocess.Popen(command, env=env, start_new_session=True, stdout=output, stderr=subprocess.STDOUT)
     checkpoint_state = study.runs_dir / "base--seed1" / "checkpoint-10" / "trainer_state.json"
     try:
-        wait_for(checkpoint_state.is_file, timeout=240)
+        wait_for(lambda: checkpoint_state.is_file() or runner.poll() is not None, timeout=240)
+        assert checkpoint_state.is_file(), log.read_text()[-3000:]
     finally:
         os.killpg(runner.pid, signal.SIGKILL)  # the machine stops: runner and training processes die at once
         runner.wait()
@@ -132,10 +145,18 @@ def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_
     assert len(predictions) == len(references) == len(sources) == 12
     assert result["test"]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(predictions, [references]).score, abs=1e-3)
 
+    # The outside baseline (here a system that copies the English source) is scored on the same split.
+    baseline = json.loads((study.results_dir / "baselines" / "apertium.json").read_text())
+    assert baseline["test"]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(sources, [references]).score, abs=1e-3)
+    assert baseline["signatures"] == result["signatures"]
+
     # A finished study trains nothing again; the summary reads what it wrote.
     assert run_study(study, jobs=2, poll_seconds=0.5) == []
     readme = summarize(study).read_text()
     assert "| base | 1 |" in readme and "| hc-sa | 1 |" in readme
+    assert "| apertium (outside baseline) | - |" in readme and "p vs apertium (bleu)" in readme
+    tests = json.loads((study.results_dir / "significance.json").read_text())
+    assert set(tests) == {"base", "apertium"} and set(tests["apertium"]) == {"base", "hc-sa"}
     assert (study.results_dir / "loss_curves.png").stat().st_size > 0
     assert (study.results_dir / "scores.png").stat().st_size > 0
 
