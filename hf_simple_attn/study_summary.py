@@ -208,8 +208,18 @@ def score_chart(study: Study, results: list[dict], path: Path) -> Path:
     return path
 
 
-def summarize(study: Study) -> Path:
-    """Write the study's README.md (tables) and charts next to its results; returns the README's path."""
+def replace_block(text: str, name: str, content: str) -> str:
+    """Put `content` between `<!-- study:NAME -->` and `<!-- /study:NAME -->` in `text` (the markers must exist)."""
+    start, end = f"<!-- study:{name} -->", f"<!-- /study:{name} -->"
+    if start not in text or end not in text:
+        raise ValueError(f"the README has no {start} ... {end} block for this study's table")
+    before, rest = text.split(start, 1)
+    return before + start + "\n" + content.strip() + "\n" + end + rest.split(end, 1)[1]
+
+
+def summarize(study: Study, readme: Path | None = None) -> Path:
+    """Write the study's README.md (tables) and charts next to its results, and the table into `readme`'s block
+    for this study if given; returns the study README's path."""
     results = load_results(study.results_dir)
     if not results:
         raise FileNotFoundError(f"no results in {study.results_dir}: run `python studies/run_study.py` first")
@@ -243,4 +253,9 @@ def summarize(study: Study) -> Path:
         lines += ["", "Signatures: " + "; ".join(f"`{k}`: `{v}`" for k, v in sorted(signature.items()))]
     path = study.results_dir / "README.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if readme is not None:
+        relative = path.parent.relative_to(readme.resolve().parent)
+        table = results_table(study, results, tests, baselines)
+        block = f"{table}\n\n![{study.name}]({relative}/scores.png)\n\nAll figures: [{relative}/README.md]({relative}/README.md)."
+        readme.write_text(replace_block(readme.read_text(encoding="utf-8"), study.name, block), encoding="utf-8")
     return path

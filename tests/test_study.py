@@ -199,3 +199,13 @@ def test_every_committed_study_spec_loads_and_its_script_accepts_every_option(sp
     for run in runs:
         *_, remaining = parser.parse_args_into_dataclasses(command_for(study, run)[2:], return_remaining_strings=True)
         assert remaining == [], f"{spec.name}: {run.name}: the script does not know {remaining}"
+
+
+def test_the_readme_block_of_a_study_is_replaced_and_nothing_else():
+    from hf_simple_attn.study_summary import replace_block
+
+    text = "intro\n<!-- study:toy -->\nold table\n<!-- /study:toy -->\nafter\n<!-- study:other -->\nkeep\n<!-- /study:other -->\n"
+    updated = replace_block(text, "toy", "| new | table |")
+    assert updated == text.replace("old table", "| new | table |")
+    with pytest.raises(ValueError, match="no <!-- study:absent -->"):
+        replace_block(text, "absent", "x")
