@@ -30,10 +30,20 @@ class ShuffledLengthGroupedSampler(Sampler[int]):
     batches, cuts the megabatches into batches and shuffles them. The batch that holds the longest
     example comes first (an out-of-memory error shows at once) and the one short batch, if any (the
     last megabatch's shortest examples), last.
-    Seeds come from torch's global generator, like `RandomSampler`, so `set_seed` makes runs repeat.
+
+    Pass `e` is drawn from `seed + e`, as accelerate's seedable sampler and `DistributedSampler` do, so a run
+    resumed in any epoch sees the batches the uninterrupted run saw (the Trainer calls `set_epoch`; without it
+    each pass moves on to the next epoch). Without `seed`, one is drawn from torch's global generator when the
+    sampler is built, so `set_seed` makes runs repeat.
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, megabatch_batches: int = MEGABATCH_BATCHES):
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        megabatch_batches: int = MEGABATCH_BATCHES,
+        seed: int | None = None,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
         if megabatch_batches < 1:
@@ -41,13 +51,19 @@ class ShuffledLengthGroupedSampler(Sampler[int]):
         self.lengths = list(lengths)
         self.batch_size = batch_size
         self.megabatch_size = batch_size * megabatch_batches
+        self.seed = int(torch.empty((), dtype=torch.int64).random_().item()) if seed is None else seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def __iter__(self) -> Iterator[int]:
         generator = torch.Generator()
-        generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        generator.manual_seed(self.seed + self.epoch)
+        self.epoch += 1
         order = torch.randperm(len(self.lengths), generator=generator).tolist()
         batches = []
         for start in range(0, len(order), self.megabatch_size):
@@ -78,7 +94,9 @@ class LengthGroupedSamplingMixin:
         else:
             input_name = "input_ids" if self.processing_class is None else self.processing_class.model_input_names[0]
             lengths = [len(ids) for ids in dataset[input_name]]
-        return ShuffledLengthGroupedSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps)
+        seed = self.args.seed if self.args.data_seed is None else self.args.data_seed
+        batch_size = self.args.train_batch_size * self.args.gradient_accumulation_steps
+        return ShuffledLengthGroupedSampler(lengths, batch_size, seed=seed)
 
     def _get_eval_sampler(self, eval_dataset):
         if self.args.train_sampling_strategy != "group_by_length":

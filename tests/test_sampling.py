@@ -32,11 +32,24 @@ def test_one_megabatch_gives_batches_of_neighbouring_lengths_in_random_order():
 
 def test_passes_differ_and_repeat_under_the_same_seed():
     lengths = [int(x) for x in torch.randint(1, 60, (100,), generator=torch.Generator().manual_seed(1))]
-    sampler = ShuffledLengthGroupedSampler(lengths, batch_size=4)
     torch.manual_seed(3)
+    sampler = ShuffledLengthGroupedSampler(lengths, batch_size=4)
     first, second = list(sampler), list(sampler)
     torch.manual_seed(3)
-    assert list(sampler) == first and first != second
+    assert list(ShuffledLengthGroupedSampler(lengths, batch_size=4)) == first and first != second
+
+
+def test_each_epoch_is_fixed_by_the_seed_whatever_came_before():
+    """What a resumed run relies on: epoch e's order depends on (seed, e) only, not on the global RNG."""
+    lengths = [int(x) for x in torch.randint(1, 60, (100,), generator=torch.Generator().manual_seed(1))]
+    uninterrupted = ShuffledLengthGroupedSampler(lengths, batch_size=4, seed=11)
+    passes = [list(uninterrupted) for _ in range(3)]
+    resumed = ShuffledLengthGroupedSampler(lengths, batch_size=4, seed=11)
+    torch.manual_seed(12345)  # the checkpoint's restored RNG state: irrelevant to the order
+    resumed.set_epoch(2)
+    assert list(resumed) == passes[2]
+    assert len({tuple(order) for order in passes}) == 3
+    assert list(ShuffledLengthGroupedSampler(lengths, batch_size=4, seed=12)) != passes[0]
 
 
 @pytest.mark.parametrize("batch_size, megabatch_batches", [(0, 50), (4, 0)])
