@@ -322,14 +322,27 @@ def train(study: Study, run: Run) -> subprocess.Popen:
     """Start (or continue) one run's training in a subprocess at one thread; its output goes to `train.log`."""
     run_dir = study.runs_dir / run.name
     run_dir.mkdir(parents=True, exist_ok=True)
-    attempts = run_dir / "attempts.jsonl"
-    with attempts.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"started": time.time(), "from_step": latest_checkpoint_step(run_dir)}) + "\n")
+    attempt = {"started": time.time(), "from_step": latest_checkpoint_step(run_dir), "code": code_version()}
+    with (run_dir / "attempts.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(attempt) + "\n")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     log = (run_dir / "train.log").open("a", encoding="utf-8")
     command = command_for(study, run) + ["--disable_tqdm", "true"]
     return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def code_version() -> str | None:
+    """The commit the training code comes from, `+dirty` when the package or scripts differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "hf_simple_attn", "training")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
 
 
 def collect(study: Study, run: Run, sweep: bool = False) -> dict:
@@ -350,6 +363,7 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
         "parameters": count_parameters(run_dir),
         "train_seconds": train_seconds(metrics, state, attempts[-1]["from_step"]),
         "resumed_from_step": attempts[-1]["from_step"] or None,
+        "code": sorted({attempt.get("code") or "unknown" for attempt in attempts}),
         "learning_rate": options.get("learning_rate"),
         "warmup_steps": options.get("warmup_steps"),
         "overrides": dict(run.overrides),
