@@ -2,8 +2,9 @@
 
 `push_checkpoint` only reads `output_dir`: whatever fails (no token, no network, a refused
 repository), the local checkpoint stays as it is, and the error says so and how to retry.
-Intermediate training states (`checkpoint-*`, `step_*`, `epoch_*` folders, optimizer states) are
-not uploaded: `files_to_push` lists exactly what would be committed.
+Intermediate training states (`checkpoint-*`, `step_*`, `epoch_*` folders, optimizer states) and the
+pickled `training_args.bin` are not uploaded: `files_to_push` lists exactly what would be committed.
+The scripts in `training/` keep the Hub token out of their saved arguments and pass it here.
 """
 
 import logging
@@ -18,15 +19,15 @@ logger = logging.getLogger(__name__)
 
 
 DEFAULT_COMMIT_MESSAGE = "Upload hf_simple_attn checkpoint"
-# Top-level files that belong to a training run's resumable state, not to the model.
-TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth")
+# Top-level files that belong to a training run (its resumable state and arguments), not to the model.
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "training_args.bin")
 
 
 def files_to_push(output_dir) -> list[str]:
     """Names of the files `push_checkpoint` uploads: the top-level files of `output_dir`, sorted.
 
-    Subfolders (intermediate checkpoints, logs), hidden files and resumable training state
-    (optimizer, scheduler, random-number states) stay local.
+    Subfolders (intermediate checkpoints, logs), hidden files, the training arguments and resumable
+    training state (optimizer, scheduler, random-number states) stay local.
     """
     folder = Path(output_dir)
     if not folder.is_dir():

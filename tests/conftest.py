@@ -1,6 +1,8 @@
 """Shared test settings: offline, one thread, tiny models."""
 
 import os
+from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
@@ -57,3 +59,47 @@ def build_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return build_tokenizer()
+
+
+HUB_TOKEN = "hf_SECRETTOKEN123"
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """The Hub client of `hf_simple_attn.hub`, faked: each upload is recorded as its token and the bytes
+    of every file `upload_folder` would commit (its own filter over the folder for `allow_patterns`)."""
+    from huggingface_hub import RepoUrl
+    from huggingface_hub.utils import filter_repo_objects
+
+    import hf_simple_attn.hub
+
+    uploads = []
+
+    class FakeHfApi:
+        def __init__(self, token=None):
+            self.token = token
+
+        def create_repo(self, repo_id, **kwargs):
+            return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+        def upload_folder(self, *, repo_id, folder_path, allow_patterns, **kwargs):
+            folder = Path(folder_path)
+            every_file = [str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()]
+            names = filter_repo_objects(every_file, allow_patterns=allow_patterns)
+            uploads.append({"token": self.token, "files": {name: (folder / name).read_bytes() for name in names}})
+            return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/0")
+
+    monkeypatch.setattr(hf_simple_attn.hub, "HfApi", FakeHfApi)
+    return uploads
+
+
+def assert_hub_token_kept_out(output_dir, uploads) -> None:
+    """The token reached the Hub client only: no file under `output_dir` (checkpoints included) holds
+    it, and the one upload has neither a file holding it nor `training_args.bin`."""
+    secret = HUB_TOKEN.encode()
+    saved = [path for path in Path(output_dir).rglob("*") if path.is_file()]
+    assert [str(path) for path in saved if secret in path.read_bytes()] == []
+    [upload] = uploads
+    assert upload["token"] == HUB_TOKEN
+    assert "config.json" in upload["files"] and "training_args.bin" not in upload["files"]
+    assert [name for name, data in upload["files"].items() if secret in data] == []

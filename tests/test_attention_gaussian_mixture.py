@@ -213,7 +213,7 @@ def test_no_nan_or_inf_for_any_length_and_extreme_parameters(normalization):
     [
         ({"num_components": 0}, r"cross\[0\]\.num_components: expected a positive integer"),
         ({"num_components": True}, r"cross\[0\]\.num_components: expected a positive integer"),
-        ({"hidden_size": -1}, r"cross\[0\]\.hidden_size: expected null \(the head dimension"),
+        ({"hidden_size": -1}, r"cross\[0\]\.hidden_size: expected a positive integer <= 65536, got -1"),
         ({"normalization": "exact"}, r"cross\[0\]\.normalization: expected one of \['approximate', 'strict', 'none'\], got 'exact'"),
         ({"fusion": "max"}, r"cross\[0\]\.fusion: expected one of \['gate', 'average', 'gmm_only'\], got 'max'"),
         ({"components": 4}, r"unknown option\(s\) \['components'\] for kind 'gaussian_mixture'; valid options: \["),

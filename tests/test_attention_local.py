@@ -150,7 +150,7 @@ FIELD = r"attention_layout\.encoder_self\[0\](\.groups\[0\])?"  # a single-group
     "options, message",
     [
         ({"masks": ["band-2", "previous-1"]}, FIELD + r"\.masks\[1\]: unknown mask 'previous-1'; valid masks: 'prev-<k>', 'next-<k>', 'band-<k>'"),
-        ({"masks": "prev-0"}, FIELD + r"\.masks\[0\]: the distance k of 'prev-0' must be an integer >= 1"),
+        ({"masks": "prev-0"}, FIELD + r"\.masks\[0\]: the distance k of 'prev-0' must be an integer in \[1, 4096\]"),
         ({"masks": "band-1.5"}, FIELD + r"\.masks\[0\]: unknown mask 'band-1.5'"),
         ({"masks": []}, FIELD + r"\.masks: expected a mask name or a non-empty list"),
         ({"query_key_sets": 0}, FIELD + r"\.query_key_sets: expected a positive integer"),

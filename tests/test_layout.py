@@ -1,13 +1,15 @@
 """Attention layouts: validation at config time, expansion, presets by name."""
 
 import json
+import math
 
 import pytest
 import torch
 
 import hf_simple_attn
-from hf_simple_attn import LayoutError, SimpleAttnMarianConfig
+from hf_simple_attn import LayoutError, SimpleAttnBertConfig, SimpleAttnMarianConfig
 from hf_simple_attn.modeling.layout import select_layers
+from hf_simple_attn.modeling.presets import get_preset
 
 
 def make(tiny_marian_kwargs, layout):
@@ -45,6 +47,91 @@ def make(tiny_marian_kwargs, layout):
 def test_bad_layouts_fail_at_config_time_naming_the_field(tiny_marian_kwargs, layout, message):
     with pytest.raises(LayoutError, match=message):
         make(tiny_marian_kwargs, layout)
+
+
+POSITIVE_UP_TO = r": expected a positive integer <= "
+
+
+@pytest.mark.parametrize(
+    "site, spec, message",
+    [
+        ("encoder_self", {"kind": []}, r"\.kind: unknown attention kind \[\]; valid kinds: \['dot'"),
+        ("encoder_self", {"groups": [{"kind": {}}]}, r"\.groups\[0\]\.kind: unknown attention kind \{\}; valid kinds"),
+        *[("encoder_self", {"kind": "hard_coded", "sigma": sigma}, r"\.sigma: expected a number in \[0\.001, 1000\]")
+          for sigma in (math.inf, -math.inf, math.nan, 1e-300, 1e5, 10**400, 0)],
+        ("encoder_self", {"kind": "hard_coded", "window": 4097}, r"\.window" + POSITIVE_UP_TO + "4096"),
+        ("encoder_self", {"kind": "hard_coded", "offsets": [-1, 10**6]},
+         r"\.offsets: expected a non-empty list of integers in \[-4096, 4096\]"),
+        ("encoder_self", {"kind": "recurrent", "max_positions": 65537}, r"\.max_positions" + POSITIVE_UP_TO + "65536"),
+        ("decoder_self", {"kind": "random_synthesizer", "max_positions": 10**9},
+         r"\.max_positions" + POSITIVE_UP_TO + "65536"),
+        ("encoder_self", {"kind": "recurrent", "transition": "ffn", "transition_ffn_dim": 10**6},
+         r"\.transition_ffn_dim" + POSITIVE_UP_TO + "65536"),
+        ("encoder_self", {"kind": "local", "masks": "band-5000"},
+         r"\.masks\[0\]: the distance k of 'band-5000' must be an integer in \[1, 4096\]"),
+        ("encoder_self", {"kind": "local", "heads_per_query_key_set": 10**30},
+         r"\.heads_per_query_key_set" + POSITIVE_UP_TO + "1024"),
+        ("cross", {"kind": "gaussian_mixture", "num_components": 65}, r"\.num_components" + POSITIVE_UP_TO + "64"),
+        ("cross", {"kind": "gaussian_mixture", "hidden_size": 65537}, r"\.hidden_size" + POSITIVE_UP_TO + "65536"),
+        ("cross", {"kind": "dot", "num_heads": 1, "head_dim": 65537}, r"\.head_dim" + POSITIVE_UP_TO + "65536"),
+        ("cross", {"kind": "dot", "num_heads": 10**6, "head_dim": 1}, r"\.num_heads" + POSITIVE_UP_TO + "1024"),
+        ("cross", {"groups": [{"kind": "dot", "num_heads": 1025}], "head_dim": 1},
+         r"\.groups\[0\]\.num_heads" + POSITIVE_UP_TO + "1024"),
+    ],
+)
+def test_bad_kinds_and_out_of_range_options_fail_naming_the_field(tiny_marian_kwargs, site, spec, message):
+    with pytest.raises(LayoutError, match=rf"^attention_layout\.{site}\[0\]" + message):
+        make(tiny_marian_kwargs, {site: spec})
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("length_ratio", math.inf, r"length_ratio: expected a number in \[0\.001, 1000\], got inf"),
+        ("length_ratio", math.nan, r"length_ratio: expected a number in \[0\.001, 1000\], got nan"),
+        ("length_ratio", 0, r"length_ratio: expected a number in \[0\.001, 1000\], got 0"),
+        ("length_ratio", -1.5, r"length_ratio: expected a number in \[0\.001, 1000\], got -1\.5"),
+        ("d_model", 0, r"d_model: expected a positive integer, got 0"),
+        ("encoder_layers", -1, r"encoder_layers: expected a positive integer, got -1"),
+        ("decoder_layers", 0, r"decoder_layers: expected a positive integer, got 0"),
+        ("encoder_attention_heads", 0, r"encoder_attention_heads: expected a positive integer, got 0"),
+        ("decoder_attention_heads", -2, r"decoder_attention_heads: expected a positive integer, got -2"),
+        ("encoder_ffn_dim", 0, r"encoder_ffn_dim: expected a positive integer, got 0"),
+        ("decoder_ffn_dim", -1, r"decoder_ffn_dim: expected a positive integer, got -1"),
+        ("vocab_size", 0, r"vocab_size: expected a positive integer, got 0"),
+        ("decoder_vocab_size", -5, r"decoder_vocab_size: expected a positive integer, got -5"),
+        ("max_position_embeddings", 0, r"max_position_embeddings: expected a positive integer, got 0"),
+    ],
+)
+def test_bad_marian_config_fields_fail_naming_the_field(tiny_marian_kwargs, field, value, message):
+    with pytest.raises(LayoutError, match=message):
+        SimpleAttnMarianConfig(**{**tiny_marian_kwargs, field: value})
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("hidden_size", 0), ("num_hidden_layers", -1), ("num_attention_heads", 0), ("intermediate_size", 0),
+     ("vocab_size", 0), ("max_position_embeddings", -1), ("type_vocab_size", 0)],
+)
+def test_bad_bert_config_fields_fail_naming_the_field(field, value):
+    with pytest.raises(LayoutError, match=rf"^{field}: expected a positive integer, got {value}$"):
+        SimpleAttnBertConfig(**{field: value})
+
+
+@pytest.mark.parametrize("config_class, preset", [(SimpleAttnMarianConfig, "base"), (SimpleAttnBertConfig, "band6")])
+@pytest.mark.parametrize("layout", [["dot"], "dot", 3])
+def test_preset_with_a_layout_that_is_not_a_mapping(config_class, preset, layout):
+    with pytest.raises(LayoutError, match=r"attention_layout: expected a mapping of sites to specs, got "):
+        config_class.from_preset(preset, attention_layout=layout)
+
+
+def test_bad_preset_lookups_name_the_valid_choices():
+    with pytest.raises(ValueError, match=r"model_kind: expected one of \['encoder', 'seq2seq'\], got 'decoder'"):
+        get_preset("base", "decoder")
+    with pytest.raises(ValueError, match=r"model_kind: expected one of \['encoder', 'seq2seq'\], got \[\]"):
+        get_preset("base", [])
+    with pytest.raises(ValueError, match=r"attention_preset: unknown seq2seq preset \[\]; valid presets: \['base'"):
+        SimpleAttnMarianConfig.from_preset([])
 
 
 def test_bad_preset_name_lists_the_valid_ones(tiny_marian_kwargs):

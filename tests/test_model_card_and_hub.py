@@ -156,16 +156,16 @@ EXPECTED_FILES = [
     "modeling_simple_attn_marian.py",
     "tokenizer.json",
     "tokenizer_config.json",
-    "training_args.bin",
 ]
 
 
 @pytest.fixture
 def checkpoint_dir(tmp_path) -> Path:
-    """A finished run's folder: model files, code, card, results, plus training state that must stay local."""
+    """A finished run's folder: model files, code, card, results, plus training state and arguments that stay local."""
     folder = tmp_path / "run"
     folder.mkdir()
-    for name in (*EXPECTED_FILES, "optimizer.pt", "scheduler.pt", "rng_state.pth", "rng_state_1.pth", ".gitignore"):
+    local = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "rng_state_1.pth", "training_args.bin", ".gitignore")
+    for name in (*EXPECTED_FILES, *local):
         (folder / name).write_text(f"contents of {name}")
     for nested in (
         "checkpoint-500/model.safetensors",

@@ -144,6 +144,28 @@ def test_save_and_load_round_trip(preset, layout, tmp_path):
                                    model(input_ids=source, decoder_input_ids=target).logits, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)
+def test_resize_token_embeddings_resizes_the_logits_bias(preset, layout, tmp_path):
+    # Special tokens at low ids, so they survive shrinking the vocabulary below its original 40 entries.
+    model = make_model(preset, layout, pad_token_id=2, decoder_start_token_id=2)
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    bias = model.final_logits_bias.clone()
+    source = torch.tensor([[5, 6, 7, 8, 0]])
+    for size in (48, 30):
+        model.resize_token_embeddings(size)
+        kept = min(size, bias.shape[-1])
+        assert model.final_logits_bias.shape == (1, size) and model.config.decoder_vocab_size == size
+        torch.testing.assert_close(model.final_logits_bias[:, :kept], bias[:, :kept], rtol=0, atol=0)
+        with torch.no_grad():
+            logits = model(input_ids=source, decoder_input_ids=torch.tensor([[2, 9, 10]])).logits
+            generated = model.generate(input_ids=source, max_new_tokens=3, num_beams=1, do_sample=False)
+        assert logits.shape == (1, 3, size) and generated.shape[1] <= 4 and generated.max() < size
+    model.save_pretrained(tmp_path)
+    reloaded = SimpleAttnMarianMTModel.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(reloaded.final_logits_bias, model.final_logits_bias, rtol=0, atol=0)
+
+
 REMOTE_LOAD = textwrap.dedent(
     """
     import json, os, sys

@@ -17,6 +17,8 @@ import torch
 
 import hf_simple_attn.hub
 
+from conftest import HUB_TOKEN, assert_hub_token_kept_out
+
 torch.set_num_threads(1)
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -314,6 +316,20 @@ def test_glue_push_to_hub_uploads_the_finished_folder(run_glue, tmp_path, monkey
     assert "someone/tiny-classifier" in (output_dir / "README.md").read_text()
 
 
+def test_glue_keeps_the_hub_token_out_of_saved_and_uploaded_files(run_glue, tmp_path, fake_hub):
+    rows = sentiment_rows()
+    output_dir = tmp_path / "out"
+    run_glue.main([
+        "--train_file", write_jsonl(tmp_path / "train.jsonl", rows),
+        "--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:4]),
+        "--do_train", "--output_dir", str(output_dir), *TINY_ENCODER, "--vocab_size", "100", "--max_steps", "2",
+        *QUIET_CPU_RUN, "--save_strategy", "steps",
+        "--save_steps", "1", "--push_to_hub", "--hub_model_id", "someone/tiny-classifier", "--hub_token", HUB_TOKEN,
+    ])
+    assert (output_dir / "checkpoint-2" / "training_args.bin").is_file()
+    assert_hub_token_kept_out(output_dir, fake_hub)
+
+
 # Summarization ---------------------------------------------------------------------------
 
 
@@ -377,6 +393,17 @@ def test_summarization_push_failure_keeps_checkpoint(run_summarization, tmp_path
             "--max_steps", "1", "--push_to_hub", "--hub_model_id", "someone/tiny-summarizer", *QUIET_CPU_RUN,
         ])
     assert {"README.md", "config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in output_dir.iterdir()}
+
+
+def test_summarization_keeps_the_hub_token_out_of_saved_and_uploaded_files(run_summarization, tmp_path, fake_hub):
+    output_dir = tmp_path / "out"
+    run_summarization.main([
+        *summarization_files(tmp_path), "--do_train", "--output_dir", str(output_dir), *TINY_SEQ2SEQ,
+        "--vocab_size", "80", "--max_steps", "1", *QUIET_CPU_RUN, "--save_strategy", "steps", "--save_steps", "1",
+        "--push_to_hub", "--hub_model_id", "someone/tiny-summarizer", "--hub_token", HUB_TOKEN,
+    ])
+    assert (output_dir / "checkpoint-1" / "training_args.bin").is_file()
+    assert_hub_token_kept_out(output_dir, fake_hub)
 
 
 def test_summarization_rejects_unknown_columns(run_summarization, tmp_path):

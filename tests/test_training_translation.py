@@ -28,6 +28,8 @@ from hf_simple_attn.training_args import (
 )
 from hf_simple_attn.tokenization import train_bert_tokenizer, train_tokenizer
 
+from conftest import HUB_TOKEN, assert_hub_token_kept_out
+
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
 sys.path.insert(0, str(TRAINING_DIR))
@@ -185,6 +187,26 @@ def test_trainer_resume_from_checkpoint_matches_uninterrupted_run(trained_run, c
         torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)
 
 
+def test_rerun_resumes_from_the_newest_complete_checkpoint(corpus, tmp_path, caplog):
+    """A checkpoint cut off mid-save (no trainer_state.json) is skipped with a warning; the run resumes
+    from the one before it and finishes."""
+    output_dir = tmp_path / "interrupted"
+    arguments = data_args(corpus, "train") + TINY_MODEL + TRAINER_ARGS + ["--do_train", "--save_steps", "1"]
+    arguments += ["--output_dir", str(output_dir)]
+    run_translation.main(arguments + ["--max_steps", "2"])
+    (output_dir / "checkpoint-2" / "trainer_state.json").unlink()
+
+    caplog.clear()
+    run_translation.main(arguments + ["--max_steps", "3"])
+    messages = [record.getMessage() for record in caplog.records if record.name.startswith("hf_simple_attn")]
+    assert f"Skipping {output_dir / 'checkpoint-2'}: it has no trainer_state.json (a save cut off mid-way)" in messages
+    resumed_at = f"Checkpoint detected, resuming at {output_dir / 'checkpoint-1'};"
+    assert any(message.startswith(resumed_at) for message in messages)
+    assert read_json(output_dir / "trainer_state.json")["global_step"] == 3
+    for step in (2, 3):  # checkpoint-2 saved again, complete this time
+        assert read_json(output_dir / f"checkpoint-{step}" / "trainer_state.json")["global_step"] == step
+
+
 def test_accelerate_loop_trains_scores_saves_and_resumes_exactly(corpus, tmp_path):
     common = data_args(corpus, "train", "validation", "test") + TINY_MODEL + LOOP_ARGS + ["--attention_preset", "sh-x"]
     first = tmp_path / "loop"
@@ -231,6 +253,32 @@ def test_failed_push_keeps_the_checkpoint_and_says_so(corpus, tmp_path):
     files = snapshot(output_dir)
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= files.keys()
     assert "someone/tiny-en-de" in files["README.md"].decode()  # the card's snippets name the Hub repository
+
+
+def test_hub_token_stays_out_of_saved_and_uploaded_files(corpus, tmp_path, fake_hub):
+    output_dir = tmp_path / "pushed"
+    run_translation.main(
+        data_args(corpus, "train")
+        + TINY_MODEL
+        + TRAINER_ARGS
+        + ["--do_train", "--max_steps", "2", "--save_steps", "1", "--output_dir", str(output_dir)]
+        + ["--push_to_hub", "--hub_model_id", "someone/tiny-en-de", "--hub_token", HUB_TOKEN]
+    )
+    assert (output_dir / "checkpoint-2" / "training_args.bin").is_file()
+    assert_hub_token_kept_out(output_dir, fake_hub)
+
+
+def test_accelerate_loop_keeps_the_hub_token_out_of_saved_and_uploaded_files(corpus, tmp_path, fake_hub):
+    output_dir = tmp_path / "loop-pushed"
+    run_translation_no_trainer.main(
+        data_args(corpus, "train", "validation")
+        + TINY_MODEL
+        + LOOP_ARGS
+        + ["--max_train_steps", "1", "--checkpointing_steps", "1", "--output_dir", str(output_dir)]
+        + ["--push_to_hub", "--hub_model_id", "someone/tiny-en-de", "--hub_token", HUB_TOKEN]
+    )
+    assert (output_dir / "step_1").is_dir()
+    assert_hub_token_kept_out(output_dir, fake_hub)
 
 
 def test_embedded_corpus_by_name(tmp_path):
@@ -357,3 +405,22 @@ def test_build_seq2seq_model_converts_or_continues_pretrained_checkpoints(tmp_pa
     torch.testing.assert_close(continued.lm_head.weight, converted.lm_head.weight)
     with pytest.raises(ValueError, match="--attention_preset: unknown seq2seq preset 'nope'"):
         build_seq2seq_model(model_args, AttentionArguments(attention_preset="nope"), size_args, tokenizer, None)
+
+
+def test_group_by_length_resume_after_an_epoch_boundary_gives_the_same_weights(corpus, tmp_path):
+    """64 pairs in batches of 16: 4 steps an epoch. Resuming at step 6 (inside the second epoch) must see the
+    batches and dropout of the uninterrupted 10-step run and end with bit-identical weights."""
+    arguments = (
+        data_args(corpus, "train") + TINY_MODEL + TRAINER_ARGS
+        + ["--attention_preset", "base", "--do_train", "--max_steps", "10", "--save_steps", "2", "--dropout", "0.1"]
+        + ["--train_sampling_strategy", "group_by_length"]
+    )  # fmt: skip
+    uninterrupted = tmp_path / "uninterrupted"
+    run_translation.main(arguments + ["--output_dir", str(uninterrupted)])
+    resumed = tmp_path / "resumed"
+    shutil.copytree(uninterrupted / "checkpoint-6", resumed / "checkpoint-6")
+    run_translation.main(arguments + ["--output_dir", str(resumed)])  # picks up checkpoint-6 by itself
+    assert read_json(resumed / "trainer_state.json")["global_step"] == 10
+    expected, actual = load_file(uninterrupted / "model.safetensors"), load_file(resumed / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)

@@ -291,6 +291,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model_args, attention_args, size_args, data_args, training_args = parse_script_arguments(
         (ModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, TrainingArguments), argv
     )
+    # The Hub token stays in this variable: training_args is saved with the model and every checkpoint.
+    hub_token, training_args.hub_token = training_args.hub_token, None
 
     setup_logging(logger, training_args)
     logger.info("Training/evaluation parameters %s", training_args)
@@ -487,7 +489,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             training_summary=training_summary(trainer, data_args, model_args, tokenizer, label_list, max_seq_length),
             push_to_hub=push_to_hub,
             hub_model_id=training_args.hub_model_id,
-            hub_token=training_args.hub_token,
+            hub_token=hub_token,
             hub_private_repo=training_args.hub_private_repo,
         )
     return all_metrics

@@ -258,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model_args, attention_args, size_args, data_args, training_args = parse_script_arguments(
         (ModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, Seq2SeqTrainingArguments), argv
     )
+    # The Hub token stays in this variable: training_args is saved with the model and every checkpoint.
+    hub_token, training_args.hub_token = training_args.hub_token, None
 
     setup_logging(logger, training_args)
     logger.info("Training/evaluation parameters %s", training_args)
@@ -461,7 +463,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             training_summary=summary,
             push_to_hub=push_to_hub,
             hub_model_id=training_args.hub_model_id,
-            hub_token=training_args.hub_token,
+            hub_token=hub_token,
             hub_private_repo=training_args.hub_private_repo,
         )
     return all_metrics

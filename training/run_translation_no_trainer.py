@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, attention_args, size_args, args = parse_script_arguments(
         (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments), argv
     )
+    # The Hub token stays in this variable, out of `args`, as in the Trainer scripts (which save their arguments).
+    hub_token, args.hub_token = args.hub_token, None
     # A seedable sampler shuffles each epoch from (seed, epoch) alone, so a resumed run sees the same batches.
     accelerator = Accelerator(
         gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -376,7 +378,7 @@ def main(argv: list[str] | None = None) -> dict:
             training_summary=summary,
             push_to_hub=args.push_to_hub,
             hub_model_id=args.hub_model_id,
-            hub_token=args.hub_token,
+            hub_token=hub_token,
             hub_private_repo=args.hub_private_repo,
         )
     accelerator.end_training()

@@ -35,7 +35,15 @@ import torch
 from torch import nn
 
 from .attention_dot import dot_product_scores
-from .attention_registry import AttentionContext, AttentionHeads, LayoutError, register_attention
+from .attention_registry import (
+    MAX_COMPONENTS,
+    MAX_SIZE,
+    AttentionContext,
+    AttentionHeads,
+    LayoutError,
+    positive_int,
+    register_attention,
+)
 
 
 NORMALIZATIONS = ("approximate", "strict", "none")
@@ -54,10 +62,6 @@ SIGMA_FLOOR = 1e-2
 # overflow to inf.
 SYNTHESIS_EXPONENT_LIMIT = 10.0
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def is_positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def mixture_log_density(
@@ -109,17 +113,12 @@ class GaussianMixtureHeads(AttentionHeads):
     @classmethod
     def normalize_spec(cls, spec, site, field):
         spec = super().normalize_spec(spec, site, field)
-        num_components = spec.get("num_components", DEFAULT_NUM_COMPONENTS)
-        if not is_positive_int(num_components):
-            raise LayoutError(
-                f"{field}.num_components: expected a positive integer (the paper uses 4), got {num_components!r}"
-            )
-        hidden_size = spec.get("hidden_size")
-        if hidden_size is not None and not is_positive_int(hidden_size):
-            raise LayoutError(
-                f"{field}.hidden_size: expected null (the head dimension, as in the paper) or a positive integer, "
-                f"got {hidden_size!r}"
-            )
+        num_components = positive_int(
+            spec.get("num_components", DEFAULT_NUM_COMPONENTS), f"{field}.num_components", MAX_COMPONENTS
+        )
+        hidden_size = spec.get("hidden_size")  # null: the head dimension, as in the paper
+        if hidden_size is not None:
+            positive_int(hidden_size, f"{field}.hidden_size", MAX_SIZE)
         normalization = spec.get("normalization", "approximate")
         if normalization not in NORMALIZATIONS:
             raise LayoutError(f"{field}.normalization: expected one of {list(NORMALIZATIONS)}, got {normalization!r}")

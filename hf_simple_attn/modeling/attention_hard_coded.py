@@ -29,11 +29,21 @@ from collections import OrderedDict
 
 import torch
 
-from .attention_registry import AttentionContext, AttentionHeads, LayoutError, register_attention
+from .attention_registry import (
+    MAX_DISTANCE,
+    AttentionContext,
+    AttentionHeads,
+    LayoutError,
+    number_in,
+    positive_int,
+    register_attention,
+)
 
 
 DEFAULT_OFFSETS = {"encoder_self": [-1, 1], "decoder_self": [-1, 0], "cross": [-1, 0, 1]}
 CENTRES = ("floor", "continuous")
+# σ in positions: below, a head is an index (use `indexing`); above, it is flat over any sentence.
+MIN_SIGMA, MAX_SIGMA = 1e-3, 1e3
 
 
 # Memoised tables and kernels: at most this many bytes, least recently used dropped first.
@@ -132,21 +142,20 @@ class HardCodedGaussianHeads(AttentionHeads):
         if (
             not isinstance(offsets, (list, tuple))
             or not offsets
-            or any(not isinstance(o, int) or isinstance(o, bool) for o in offsets)
+            or any(not isinstance(o, int) or isinstance(o, bool) or abs(o) > MAX_DISTANCE for o in offsets)
         ):
-            raise LayoutError(f"{field}.offsets: expected a non-empty list of integers, got {offsets!r}")
+            raise LayoutError(
+                f"{field}.offsets: expected a non-empty list of integers in [-{MAX_DISTANCE}, {MAX_DISTANCE}], "
+                f"got {offsets!r}"
+            )
         if site == "decoder_self" and any(o > 0 for o in offsets):
             raise LayoutError(
                 f"{field}.offsets: decoder self-attention offsets must be <= 0 (a positive offset centres a head on "
                 f"future tokens, which the causal mask removes), got {list(offsets)}"
             )
-        sigma = spec.get("sigma", 1.0)
-        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0:
-            raise LayoutError(f"{field}.sigma: expected a positive number, got {sigma!r}")
+        sigma = number_in(spec.get("sigma", 1.0), f"{field}.sigma", MIN_SIGMA, MAX_SIGMA)
         window = spec.get("window")
-        if window is not None and (
-            isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0
-        ):
+        if window is not None and positive_int(window, f"{field}.window", MAX_DISTANCE) % 2 == 0:
             raise LayoutError(f"{field}.window: expected null or an odd positive integer (e.g. 3), got {window!r}")
         indexing = spec.get("indexing", False)
         if not isinstance(indexing, bool):
@@ -164,7 +173,7 @@ class HardCodedGaussianHeads(AttentionHeads):
             "kind": spec["kind"],
             "num_heads": spec["num_heads"],
             "offsets": head_offsets,
-            "sigma": float(sigma),
+            "sigma": sigma,
             "window": window,
             "indexing": indexing,
             "centre": centre,

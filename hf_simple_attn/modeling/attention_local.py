@@ -41,14 +41,22 @@ import torch
 from torch import nn
 
 from .attention_dot import additive_mask
-from .attention_registry import AttentionContext, AttentionHeads, LayoutError, register_attention
+from .attention_registry import (
+    MAX_DISTANCE,
+    MAX_HEADS,
+    AttentionContext,
+    AttentionHeads,
+    LayoutError,
+    positive_int,
+    register_attention,
+)
 
 
 # The paper's "all 7 masks, identity used twice" for 8 heads, ordered so that fewer heads (a prefix)
 # still mix previous, next and band masks.
 ALL_SEVEN_MASKS = ["identity", "prev-1", "next-1", "band-1", "prev-2", "next-2", "band-2", "identity"]
 MASK_PATTERN = re.compile(r"(prev|next|band)-(\d+)|identity|global")
-VALID_MASKS = "'prev-<k>', 'next-<k>', 'band-<k>' (k an integer >= 1), 'identity', 'global'"
+VALID_MASKS = f"'prev-<k>', 'next-<k>', 'band-<k>' (k an integer in [1, {MAX_DISTANCE}]), 'identity', 'global'"
 
 
 def parse_mask(name: str) -> tuple[str, int]:
@@ -66,8 +74,11 @@ def normalize_mask(name, field: str) -> str:
     if match.group(1) is None:
         return name
     distance = int(match.group(2))
-    if distance < 1:
-        raise LayoutError(f"{field}: the distance k of {name!r} must be an integer >= 1; valid masks: {VALID_MASKS}")
+    if not 1 <= distance <= MAX_DISTANCE:
+        raise LayoutError(
+            f"{field}: the distance k of {name!r} must be an integer in [1, {MAX_DISTANCE}]; "
+            f"valid masks: {VALID_MASKS}"
+        )
     return f"{match.group(1)}-{distance}"
 
 
@@ -119,12 +130,6 @@ def shifted_keys(states: torch.Tensor, first_query: int, query_length: int, dist
     return shifted
 
 
-def positive_int(value, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LayoutError(f"{field}: expected a positive integer, got {value!r}")
-    return value
-
-
 @register_attention("local")
 class LocalMaskHeads(AttentionHeads):
     """Dot-product heads whose weights are cut to a fixed local pattern per head (Eq. 9)."""
@@ -148,11 +153,12 @@ class LocalMaskHeads(AttentionHeads):
         if "query_key_sets" in spec and "heads_per_query_key_set" in spec:
             raise LayoutError(f"{field}: give either 'query_key_sets' or 'heads_per_query_key_set', not both")
         if "heads_per_query_key_set" in spec:
-            set_size = positive_int(spec["heads_per_query_key_set"], f"{field}.heads_per_query_key_set")
+            set_size = positive_int(spec["heads_per_query_key_set"], f"{field}.heads_per_query_key_set", MAX_HEADS)
             query_key_sets = -(-num_heads // set_size)
         else:
             # More sets than heads degenerates to one set per head, so presets scale down to one head.
-            query_key_sets = min(positive_int(spec.get("query_key_sets", num_heads), f"{field}.query_key_sets"), num_heads)
+            query_key_sets = positive_int(spec.get("query_key_sets", num_heads), f"{field}.query_key_sets", MAX_HEADS)
+            query_key_sets = min(query_key_sets, num_heads)
 
         renormalize = spec.get("renormalize", False)
         if not isinstance(renormalize, bool):

@@ -33,7 +33,14 @@ from torch import nn
 from transformers import initialization as init
 
 from .attention_hard_coded import apply_table
-from .attention_registry import AttentionContext, AttentionHeads, LayoutError, register_attention
+from .attention_registry import (
+    MAX_SIZE,
+    AttentionContext,
+    AttentionHeads,
+    LayoutError,
+    positive_int,
+    register_attention,
+)
 
 
 SELF_ATTENTION_SITES = ("encoder_self", "decoder_self")
@@ -48,10 +55,7 @@ STACK_OPTIONS = (
 
 
 def normalize_max_positions(spec: dict, field: str) -> int:
-    max_positions = spec.get("max_positions", DEFAULT_MAX_POSITIONS)
-    if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
-        raise LayoutError(f"{field}.max_positions: expected a positive integer, got {max_positions!r}")
-    return max_positions
+    return positive_int(spec.get("max_positions", DEFAULT_MAX_POSITIONS), f"{field}.max_positions", MAX_SIZE)
 
 
 def normalize_attention_dropout(spec: dict, field: str, default: float | None) -> float | None:
@@ -318,8 +322,8 @@ class RecurrentHeads(PositionLogitsHeads):
         if transition not in TRANSITIONS:
             raise LayoutError(f"{field}.transition: expected one of {list(TRANSITIONS)}, got {transition!r}")
         ffn_dim = spec.get("transition_ffn_dim", DEFAULT_TRANSITION_FFN_DIM if transition == "ffn" else None)
-        if transition == "ffn" and (isinstance(ffn_dim, bool) or not isinstance(ffn_dim, int) or ffn_dim < 1):
-            raise LayoutError(f"{field}.transition_ffn_dim: expected a positive integer, got {ffn_dim!r}")
+        if transition == "ffn":
+            positive_int(ffn_dim, f"{field}.transition_ffn_dim", MAX_SIZE)
         if transition == "tanh_ln" and ffn_dim is not None:
             raise LayoutError(
                 f"{field}.transition_ffn_dim: only the 'ffn' transition has a hidden layer; "

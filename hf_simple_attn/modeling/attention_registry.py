@@ -16,9 +16,34 @@ SITES = ("encoder_self", "decoder_self", "cross")
 
 ATTENTION_FAMILIES: dict[str, type["AttentionHeads"]] = {}
 
+# Upper bounds of what a layout may ask for: far beyond the papers' models, low enough that a typo fails at
+# config time instead of as a huge allocation or an endless loop in the model.
+MAX_HEADS = 1024
+MAX_SIZE = 65536  # head and hidden sizes, learned position tables
+MAX_DISTANCE = 4096  # relative positions: hard-coded offsets and windows, local mask distances
+MAX_COMPONENTS = 64
+
 
 class LayoutError(ValueError):
-    """A bad attention layout; the message names the field and the valid choices."""
+    """A bad attention layout (or config size it depends on); the message names the field and the valid choices."""
+
+
+def positive_int(value, field: str, maximum: int | None = None) -> int:
+    """`value` if it is an integer (not a bool) in [1, maximum]; else a `LayoutError` naming `field`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (maximum is not None and value > maximum):
+        limit = "" if maximum is None else f" <= {maximum}"
+        raise LayoutError(f"{field}: expected a positive integer{limit}, got {value!r}")
+    return value
+
+
+def number_in(value, field: str, minimum: float, maximum: float) -> float:
+    """`value` as a float if it is a number (not a bool) in [minimum, maximum]; else a `LayoutError` naming `field`.
+
+    NaN and infinities fail the comparison; integers too large for a float are compared, never converted.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+        raise LayoutError(f"{field}: expected a number in [{minimum:g}, {maximum:g}], got {value!r}")
+    return float(value)
 
 
 def register_attention(name: str):
@@ -35,7 +60,7 @@ def register_attention(name: str):
 
 
 def get_attention_family(kind: str, field: str = "kind") -> type["AttentionHeads"]:
-    if kind not in ATTENTION_FAMILIES:
+    if not isinstance(kind, str) or kind not in ATTENTION_FAMILIES:
         raise LayoutError(f"{field}: unknown attention kind {kind!r}; valid kinds: {sorted(ATTENTION_FAMILIES)} or 'none'")
     return ATTENTION_FAMILIES[kind]
 

@@ -5,9 +5,17 @@ import copy
 from huggingface_hub.dataclasses import strict
 from transformers import MarianConfig
 
+from .attention_registry import number_in, positive_int
 from .layout import merge_layouts, normalize_layout
 from .presets import get_preset
 
+
+SIZE_FIELDS = (
+    "vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+    "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+)
+# γ: mean source / target length; far outside this range the data or the computation is wrong.
+MIN_LENGTH_RATIO, MAX_LENGTH_RATIO = 1e-3, 1e3
 
 TRANSLATION_PIPELINE = {
     "translation": {"impl": "pipeline_translation.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"]}
@@ -37,6 +45,11 @@ class SimpleAttnMarianConfig(MarianConfig):
     length_ratio: float | int = 1.0
 
     def __post_init__(self, **kwargs):
+        for name in SIZE_FIELDS:
+            positive_int(getattr(self, name), name)
+        if self.decoder_vocab_size is not None:
+            positive_int(self.decoder_vocab_size, "decoder_vocab_size")
+        number_in(self.length_ratio, "length_ratio", MIN_LENGTH_RATIO, MAX_LENGTH_RATIO)
         if self.attention_layout is None and self.attention_preset is not None:
             self.attention_layout = get_preset(self.attention_preset, "seq2seq")["layout"]
         self.attention_layout = normalize_layout(
@@ -49,8 +62,6 @@ class SimpleAttnMarianConfig(MarianConfig):
             },
             d_model=self.d_model,
         )
-        if not self.length_ratio > 0:
-            raise ValueError(f"length_ratio: expected a positive number, got {self.length_ratio!r}")
         kwargs.setdefault("custom_pipelines", copy.deepcopy(TRANSLATION_PIPELINE))
         super().__post_init__(**kwargs)
 

@@ -3,8 +3,15 @@
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig
 
+from .attention_registry import positive_int
 from .layout import merge_layouts, normalize_layout
 from .presets import get_preset
+
+
+SIZE_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "max_position_embeddings", "type_vocab_size",
+)
 
 
 @strict
@@ -42,6 +49,8 @@ class SimpleAttnBertConfig(BertConfig):
                 "is_decoder / add_cross_attention: SimpleAttnBert is an encoder only; both must be false "
                 "(use SimpleAttnMarianConfig for a decoder)"
             )
+        for name in SIZE_FIELDS:
+            positive_int(getattr(self, name), name)
         if self.attention_layout is None and self.attention_preset is not None:
             self.attention_layout = get_preset(self.attention_preset, "encoder")["layout"]
         self.attention_layout = normalize_layout(

@@ -32,7 +32,15 @@ from .attention_hard_coded import HardCodedGaussianHeads  # noqa: F401
 from .attention_hard_retrieval import HardRetrievalHeads  # noqa: F401
 from .attention_local import LocalMaskHeads  # noqa: F401
 from .attention_recurrent import RecurrentHeads  # noqa: F401
-from .attention_registry import ATTENTION_FAMILIES, SITES, LayoutError, get_attention_family
+from .attention_registry import (
+    ATTENTION_FAMILIES,
+    MAX_HEADS,
+    MAX_SIZE,
+    SITES,
+    LayoutError,
+    get_attention_family,
+    positive_int,
+)
 
 
 SITE_STACKS = {"encoder_self": "encoder", "decoder_self": "decoder", "cross": "decoder"}
@@ -142,11 +150,10 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
     for group, group_field in zip(groups, group_fields):
         if not isinstance(group, dict):
             raise LayoutError(f"{group_field}: expected a mapping with 'kind', got {group!r}")
-        heads = group.get("num_heads")
-        if heads is not None and (isinstance(heads, bool) or not isinstance(heads, int) or heads < 1):
-            raise LayoutError(f"{group_field}.num_heads: expected a positive integer, got {heads!r}")
-    if layer_heads is not None and (isinstance(layer_heads, bool) or not isinstance(layer_heads, int) or layer_heads < 1):
-        raise LayoutError(f"{field}.num_heads: expected a positive integer, got {layer_heads!r}")
+        if group.get("num_heads") is not None:
+            positive_int(group["num_heads"], f"{group_field}.num_heads", MAX_HEADS)
+    if layer_heads is not None:
+        positive_int(layer_heads, f"{field}.num_heads", MAX_HEADS)
 
     open_groups = [g for g in groups if g.get("num_heads") is None]
     if len(open_groups) > 1:
@@ -172,8 +179,8 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
                 "use a divisor of d_model or give 'head_dim'"
             )
         head_dim = d_model // layer_heads
-    elif isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-        raise LayoutError(f"{field}.head_dim: expected a positive integer, got {head_dim!r}")
+    else:
+        positive_int(head_dim, f"{field}.head_dim", MAX_SIZE)
 
     groups = [normalize_group(g, site, group_field) for g, group_field in zip(groups, group_fields)]
     return {
@@ -235,9 +242,7 @@ def normalize_layout(
     stack_layers: layers per stack, e.g. {"encoder": 6, "decoder": 6}.
     site_heads: default head count per site, e.g. {"encoder_self": 8, "decoder_self": 8, "cross": 8}.
     """
-    layout = {} if layout is None else layout
-    if not isinstance(layout, dict):
-        raise LayoutError(f"attention_layout: expected a mapping of sites to specs, got {type(layout).__name__}")
+    layout = layout_mapping(layout)
     sites = [s for s in SITES if SITE_STACKS[s] in stack_layers]
     valid_keys = sites + [f"{stack}_ffn" for stack in stack_layers]
     unknown = sorted(set(layout) - set(valid_keys))
@@ -264,8 +269,15 @@ def normalize_layout(
     return normalized
 
 
+def layout_mapping(layout) -> dict:
+    """`layout` itself, {} for None; a `LayoutError` for anything but a mapping."""
+    if layout is None:
+        return {}
+    if not isinstance(layout, dict):
+        raise LayoutError(f"attention_layout: expected a mapping of sites to specs, got {type(layout).__name__}")
+    return layout
+
+
 def merge_layouts(base: dict, override: dict | None) -> dict:
     """A preset's layout with some sites replaced (site by site) by the user's."""
-    merged = dict(base)
-    merged.update(override or {})
-    return merged
+    return {**base, **layout_mapping(override)}

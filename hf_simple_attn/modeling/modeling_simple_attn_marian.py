@@ -411,6 +411,28 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
     def get_decoder(self):
         return self.model.decoder
 
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """With a shared vocabulary, also resize `final_logits_bias` and `config.decoder_vocab_size`, as
+        `MarianMTModel` does."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if self.config.share_encoder_decoder_embeddings:
+            num_tokens = embeddings.weight.shape[0]
+            self.config.decoder_vocab_size = num_tokens
+            self._resize_final_logits_bias(num_tokens)
+        return embeddings
+
+    def _resize_final_logits_bias(self, new_num_tokens: int) -> None:
+        """Keep the first `new_num_tokens` entries; new tokens get a zero bias."""
+        old_bias = self.final_logits_bias
+        missing = new_num_tokens - old_bias.shape[-1]
+        if missing <= 0:
+            new_bias = old_bias[:, :new_num_tokens].clone()
+        else:
+            new_bias = torch.cat([old_bias, old_bias.new_zeros(1, missing)], dim=1)
+        self.final_logits_bias = nn.Buffer(new_bias)
+
     @can_return_tuple
     def forward(
         self,

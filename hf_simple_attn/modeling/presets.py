@@ -319,15 +319,19 @@ for _name in ENCODER_CAPABLE_SEQ2SEQ:
 PRESETS = {"seq2seq": SEQ2SEQ_PRESETS, "encoder": ENCODER_PRESETS}
 
 
+def presets_of(model_kind: str) -> dict:
+    if not isinstance(model_kind, str) or model_kind not in PRESETS:
+        raise ValueError(f"model_kind: expected one of {sorted(PRESETS)}, got {model_kind!r}")
+    return PRESETS[model_kind]
+
+
 def list_presets(model_kind: str = "seq2seq") -> list[str]:
     """Names of the presets for `"seq2seq"` (Marian-style) or `"encoder"` (BERT-style) models."""
-    if model_kind not in PRESETS:
-        raise ValueError(f"model_kind: expected one of {sorted(PRESETS)}, got {model_kind!r}")
-    return list(PRESETS[model_kind])
+    return list(presets_of(model_kind))
 
 
 def get_preset(name: str, model_kind: str = "seq2seq") -> dict:
-    presets = PRESETS[model_kind]
-    if name not in presets:
+    presets = presets_of(model_kind)
+    if not isinstance(name, str) or name not in presets:
         raise ValueError(f"attention_preset: unknown {model_kind} preset {name!r}; valid presets: {list(presets)}")
     return presets[name]
