@@ -478,13 +478,26 @@ def pending_runs(study: Study) -> list[tuple[Run, bool]]:
     return todo
 
 
+def unanalysed_runs(study: Study) -> list[Run]:
+    """Main runs with a result but no analysis yet, whose trained model is still here."""
+    return [
+        run
+        for run in main_runs(study)
+        if run is not None
+        and result_path(study, run).is_file()
+        and not result_path(study, run).with_suffix(".analysis.json").is_file()
+        and (study.runs_dir / run.name / "config.json").is_file()
+    ]
+
+
 def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=None) -> list[Path]:
     """Train every run of the study that has no result yet, `jobs` at a time; returns the result files written.
 
-    `analyze(study, run, result_path)` is called on each finished main run (the papers' analyses). Interrupted,
+    `analyze(study, run, result_path)` is called on each main run with a result and no analysis yet (the papers'
+    analyses). Interrupted,
     it stops its training processes; their checkpoints stay for the next start.
     """
-    written, running, failed = [], {}, set()
+    written, running, failed, failed_analyses = [], {}, set(), set()
     for name in study.baselines:
         path = write_baseline_result(study, name)
         if path is not None:
@@ -498,6 +511,14 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
                         failed.add(name)
                         logger.error("%s failed (exit %d): see %s", name, process.returncode, study.runs_dir / name)
             startable, collected = {}, False
+            if analyze is not None and study.analyses:
+                for run in unanalysed_runs(study):
+                    if run.name not in failed_analyses:
+                        try:
+                            analyze(study, run, result_path(study, run))
+                        except Exception:  # an analysis must not stop the training runs
+                            logger.exception("%s: the analyses failed; the run's result stands", run.name)
+                            failed_analyses.add(run.name)
             for run, sweep in pending_runs(study):
                 if run.name in running or run.name in failed:
                     continue
@@ -505,8 +526,6 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
                     path = result_path(study, run, sweep)
                     result = collect(study, run, sweep)
                     logger.info("%s: validation %s, test %s", path.name, result["validation"], result["test"])
-                    if not sweep and analyze is not None and study.analyses:
-                        analyze(study, run, path)
                     written.append(path)
                     collected = True
                 else:

@@ -19,8 +19,11 @@ BOOTSTRAP_SAMPLES = 1000
 SIGNIFICANCE_LEVEL = 0.05
 
 
-def load_results(folder: Path) -> list[dict]:
-    return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("*.json"))]
+def load_results(folder: Path, pattern: str = "*--seed*.json") -> list[dict]:
+    """The result files of a folder: runs (`<preset>--seed<k>.json`) by default; not their analyses, nor the
+    summary's own files."""
+    paths = [path for path in sorted(folder.glob(pattern)) if not path.name.endswith(".analysis.json")]
+    return [json.loads(path.read_text(encoding="utf-8")) for path in paths]
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -224,7 +227,7 @@ def summarize(study: Study, readme: Path | None = None) -> Path:
     if not results:
         raise FileNotFoundError(f"no results in {study.results_dir}: run `python studies/run_study.py` first")
     sweep = load_results(study.results_dir / "sweep")
-    baselines = load_results(study.results_dir / "baselines")
+    baselines = load_results(study.results_dir / "baselines", "*.json")
     tests = significance(study, results)
     (study.results_dir / "significance.json").write_text(json.dumps(tests, indent=1) + "\n", encoding="utf-8")
     loss_chart(results, study.results_dir / "loss_curves.png")

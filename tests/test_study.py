@@ -23,7 +23,7 @@ from hf_simple_attn.study import (
     sweep_runs,
     evaluation_texts,
 )
-from hf_simple_attn.study_summary import paired_bootstrap, summarize
+from hf_simple_attn.study_summary import load_results, paired_bootstrap, summarize
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -157,6 +157,20 @@ def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_
     assert "| apertium (outside baseline) | - |" in readme and "p vs apertium (bleu)" in readme
     tests = json.loads((study.results_dir / "significance.json").read_text())
     assert set(tests) == {"base", "apertium"} and set(tests["apertium"]) == {"base", "hc-sa"}
+
+    # Runs trained without analyses get them on the next start; a failing analysis is logged, not fatal.
+    analysed = []
+
+    def analyze(study, run, path):
+        analysed.append(run.name)
+        if run.preset == "hc-sa":
+            raise RuntimeError("broken analysis")
+        path.with_suffix(".analysis.json").write_text("{}")
+
+    study.analyses = True
+    assert run_study(study, jobs=2, poll_seconds=0.1, analyze=analyze) == []
+    assert analysed == ["base--seed1", "hc-sa--seed1"]
+    assert len(load_results(study.results_dir)) == 2  # analysis files are not results
     assert (study.results_dir / "loss_curves.png").stat().st_size > 0
     assert (study.results_dir / "scores.png").stat().st_size > 0
 
