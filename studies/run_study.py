@@ -5,6 +5,7 @@ Start it again after an interruption: finished runs are skipped, unfinished ones
 
 import argparse
 import logging
+import signal
 import sys
 
 from hf_simple_attn.study import StudyError, load_study, run_study
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     analyze = None
     if not args.no_analyses:
         from hf_simple_attn.study_analysis import analyze_run as analyze
+    # `kill` (SIGTERM) stops the training runs too; their checkpoints stay for the next start.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     written = run_study(study, jobs=args.jobs, analyze=analyze)
     print(f"{study.name}: {len(written)} result file(s) written in {study.results_dir}")
     return 0
