@@ -520,15 +520,15 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
                             logger.exception("%s: the analyses failed; the run's result stands", run.name)
                             failed_analyses.add(run.name)
             for run, sweep in pending_runs(study):
-                if run.name in running or run.name in failed:
+                if run.name in running:
                     continue
-                if run_finished(study, run):
+                if run_finished(study, run):  # its metrics are complete, even if a later step (the card) failed
                     path = result_path(study, run, sweep)
                     result = collect(study, run, sweep)
                     logger.info("%s: validation %s, test %s", path.name, result["validation"], result["test"])
                     written.append(path)
                     collected = True
-                else:
+                elif run.name not in failed:
                     startable[run.name] = run
             for run in list(startable.values())[: max(0, jobs - len(running))]:
                 logger.info("training %s", run.name)
