@@ -2,13 +2,18 @@
 
     hf-simple-attn presets                    # every named configuration, with its source
     hf-simple-attn describe sh-x --size opus-mt   # layout table and parameter count
+    hf-simple-attn describe band6                 # an encoder (BERT) preset, at bert-base size
     hf-simple-attn analyze runs/hc-sa --test_file test.jsonl   # attention entropy, locality, ... (analysis.json, PNGs)
 """
 
 import argparse
+import os
+import sys
 
 from .modeling.presets import PRESETS
 
+# Exit status of a process stopped by SIGPIPE (128 + 13), as `yes | head -1` leaves it.
+BROKEN_PIPE_STATUS = 141
 SIZES = {
     "opus-mt": dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
                     decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, vocab_size=58101,
@@ -17,6 +22,14 @@ SIZES = {
                   decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, vocab_size=8000,
                   pad_token_id=7999, decoder_start_token_id=7999),
 }
+ENCODER_SIZES = {
+    "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                      vocab_size=30522),
+    "small": dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, intermediate_size=1024,
+                  vocab_size=8000),
+}
+KIND_SIZES = {"seq2seq": SIZES, "encoder": ENCODER_SIZES}
+DEFAULT_SIZES = {"seq2seq": "opus-mt", "encoder": "bert-base"}  # the papers' sizes
 
 
 def print_presets(model_kind: str) -> None:
@@ -26,18 +39,24 @@ def print_presets(model_kind: str) -> None:
             print(f"  {name:<22} {preset['description']}\n  {'':<22} [{preset['source']}]")
 
 
-def describe(preset: str, size: str) -> None:
+def describe(preset: str, model_kind: str, size: str) -> None:
+    """Print the parameter count and layout table of a seq2seq (Marian) or encoder (BERT) preset."""
     import torch
 
-    from . import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+    from . import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
     from .analysis import layout_table
+    from .model_card import ATTENTION_PARAMETER
 
-    config = SimpleAttnMarianConfig.from_preset(preset, **SIZES[size])
+    config_class, model_class = {
+        "seq2seq": (SimpleAttnMarianConfig, SimpleAttnMarianMTModel),
+        "encoder": (SimpleAttnBertConfig, SimpleAttnBertModel),
+    }[model_kind]
+    config = config_class.from_preset(preset, **KIND_SIZES[model_kind][size])
     with torch.device("meta"):
-        model = SimpleAttnMarianMTModel(config)
+        model = model_class(config)
     total = sum(p.numel() for p in model.parameters())
-    attention = sum(p.numel() for n, p in model.named_parameters() if "attn" in n)
-    print(f"{preset} at size {size}: {total:,} parameters, of which attention {attention:,}\n")
+    attention = sum(p.numel() for n, p in model.named_parameters() if ATTENTION_PARAMETER.search(n))
+    print(f"{preset} ({model_kind}) at size {size}: {total:,} parameters, of which attention {attention:,}\n")
     print(layout_table(config))
 
 
@@ -58,9 +77,16 @@ def main(argv=None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     presets = commands.add_parser("presets", help="list the named attention configurations")
     presets.add_argument("--kind", choices=sorted(PRESETS), default=None)
-    show = commands.add_parser("describe", help="layout table and parameter count of a seq2seq preset")
-    show.add_argument("preset", choices=list(PRESETS["seq2seq"]))
-    show.add_argument("--size", choices=sorted(SIZES), default="opus-mt")
+    show = commands.add_parser("describe", help="layout table and parameter count of a preset")
+    show.add_argument("preset", choices=list(dict.fromkeys(name for kind in PRESETS.values() for name in kind)))
+    show.add_argument(
+        "--model_kind", choices=sorted(PRESETS), default=None,
+        help="for a preset of both kinds (default: seq2seq if it has the preset, else encoder)",
+    )
+    show.add_argument(
+        "--size", choices=sorted({*SIZES, *ENCODER_SIZES}), default=None,
+        help="seq2seq: opus-mt (default), small; encoder: bert-base (default), small",
+    )
     checkpoint = commands.add_parser(
         "analyze", help="attention entropy, locality, GMM gates, retrieval agreement, BLEU by length of a checkpoint"
     )
@@ -74,12 +100,24 @@ def main(argv=None) -> None:
         "--base_run_dir", default=None, help="a `base` checkpoint, same tokenizer: agreement of hard retrieval heads"
     )
     args = parser.parse_args(argv)
-    if args.command == "presets":
-        print_presets(args.kind)
-    elif args.command == "describe":
-        describe(args.preset, args.size)
-    else:
-        analyze(args)
+    if args.command == "describe":
+        model_kind = args.model_kind or ("seq2seq" if args.preset in PRESETS["seq2seq"] else "encoder")
+        if args.preset not in PRESETS[model_kind]:
+            parser.error(f"describe: {args.preset!r} is not among the {model_kind} presets")
+        if args.size not in (None, *KIND_SIZES[model_kind]):
+            parser.error(f"describe: --size of {model_kind} presets: {', '.join(KIND_SIZES[model_kind])}")
+    try:
+        if args.command == "presets":
+            print_presets(args.kind)
+        elif args.command == "describe":
+            describe(args.preset, model_kind, args.size or DEFAULT_SIZES[model_kind])
+        else:
+            analyze(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly; point stdout at devnull so the final flush cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE_STATUS)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from huggingface_hub import HfApi
 
-from .model_card import write_model_card
+from .model_card import DEFAULT_LICENSE, write_model_card
 
 
 logger = logging.getLogger(__name__)
@@ -88,16 +88,21 @@ def publish_checkpoint(
     hub_model_id: str | None = None,
     hub_token=None,
     hub_private_repo: bool = False,
+    license: str = DEFAULT_LICENSE,
     **card_fields,
 ) -> Path:
     """End of a training script: write the model card, then push the folder when asked.
 
-    `card_fields` go to `write_model_card` (task, dataset_name, metrics, ...). The repository is
+    `license` is the model's licence in the card (a Hub licence id; default apache-2.0, the code's; the
+    card names the training data's licence separately). `card_fields` go to `write_model_card` (task,
+    dataset_name, metrics, ...). The repository is
     `hub_model_id`, or the folder's name. A failed upload stops the script with `SystemExit`
     naming the failed step; the checkpoint and its card stay on disk. Returns the card's path.
     """
     repo_id = hub_model_id or Path(output_dir).resolve().name
-    card = write_model_card(output_dir, model, model_id=repo_id if push_to_hub else None, **card_fields)
+    card = write_model_card(
+        output_dir, model, model_id=repo_id if push_to_hub else None, license=license, **card_fields
+    )
     logger.info("Model card written to %s", card)
     if push_to_hub:
         try:

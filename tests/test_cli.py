@@ -1,6 +1,12 @@
 """The CLI's preset listing and layout table (`hf-simple-attn presets`, `hf-simple-attn describe`)."""
 
-from hf_simple_attn.cli import main
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hf_simple_attn.cli import BROKEN_PIPE_STATUS, main
 
 
 def test_presets_lists_every_preset_with_its_source(capsys):
@@ -19,10 +25,50 @@ def test_describe_prints_the_layout_table_and_parameter_count(capsys):
     assert "parameters, of which attention" in out
 
 
+def test_describe_takes_encoder_presets(capsys):
+    main(["describe", "band6", "--size", "small"])  # only an encoder preset
+    out = capsys.readouterr().out
+    assert "band6 (encoder) at size small:" in out and "parameters, of which attention" in out
+    assert "| 2 | 4 × local (masks band-6; query_key_sets 4) | yes |" in out
+
+    main(["describe", "hc-sa", "--size", "small"])  # a preset of both kinds: seq2seq unless asked
+    assert "hc-sa (seq2seq) at size small:" in capsys.readouterr().out
+    main(["describe", "hc-sa", "--model_kind", "encoder", "--size", "small"])
+    out = capsys.readouterr().out
+    assert "hc-sa (encoder) at size small:" in out and "| layer | encoder_self | encoder FFN |" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["describe", "gmm", "--model_kind", "encoder"], "'gmm' is not among the encoder presets"),
+        (["describe", "band6", "--size", "opus-mt"], "--size of encoder presets: bert-base, small"),
+    ],
+)
+def test_describe_refuses_a_preset_or_size_of_the_other_kind(capsys, argv, message):
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`hf-simple-attn presets | head -1`: the reader is gone before the listing is written."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hf_simple_attn.cli", "presets"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env,
+    )
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=300) == BROKEN_PIPE_STATUS
+    assert stderr == ""
+
+
 def test_layout_table_shows_per_head_lists_once():
     from hf_simple_attn import SimpleAttnMarianConfig
     from hf_simple_attn.analysis import layout_table
 
     config = SimpleAttnMarianConfig.from_preset("local-4tied", encoder_layers=1, decoder_layers=1, d_model=64,
                                                 encoder_attention_heads=8, decoder_attention_heads=8)
-    assert "| 0 | 8 × local (masks identity,band-2; query_key_sets 4) | 8 × dot | 8 × dot | yes | yes |" in layout_table(config)
+    row = "| 0 | 8 × local (masks identity,band-2; query_key_sets 4) | 8 × dot | 8 × dot | yes | yes |"
+    assert row in layout_table(config)

@@ -1,4 +1,4 @@
-"""Offline metrics: shipped `evaluate` modules agree with sacrebleu, rouge_score and hand counts."""
+"""Offline metrics: shipped `evaluate` modules agree with sacrebleu, rouge_score, scikit-learn and hand counts."""
 
 import math
 import os
@@ -40,6 +40,11 @@ BINARY_REFERENCES = [0, 1, 1, 0, 1, 1, 0, 0]
 # (c*s - t.p) / sqrt((s^2 - p.p)(s^2 - t.t)) = (24 - 12) / sqrt((36 - 14)(36 - 12)) = 12 / sqrt(528).
 MULTI_PREDICTIONS = [0, 1, 1, 1, 2, 0]
 MULTI_REFERENCES = [0, 0, 1, 1, 2, 2]
+MULTI_WEIGHTS = [0.5, 2.0, 1.0, 0.25, 1.5, 3.0]
+BINARY_WEIGHTS = [1.0, 0.5, 2.0, 1.0, 0.25, 1.0, 3.0, 0.5]
+# Multi-label (the "multilabel" configurations): one 0/1 column per label.
+MULTILABEL_PREDICTIONS = [[0, 1, 1], [1, 1, 0], [0, 0, 1], [1, 0, 0], [1, 1, 1]]
+MULTILABEL_REFERENCES = [[0, 1, 1], [0, 1, 0], [0, 1, 1], [1, 0, 1], [1, 0, 1]]
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +186,65 @@ def test_classification_metrics_on_hand_checked_examples(metrics):
     assert metrics.load_metric("classification").compute(**multi, average="macro") == pytest.approx(expected)
     assert metrics.load_metric("f1").compute(**multi, average="macro")["f1"] == pytest.approx(59 / 90)
     assert mcc.compute(**multi)["matthews_correlation"] == pytest.approx(12 / math.sqrt(528))
+
+
+def test_classification_metrics_equal_scikit_learn_with_evaluate_arguments(metrics):
+    from sklearn import metrics as sk
+
+    multi = {"predictions": MULTI_PREDICTIONS, "references": MULTI_REFERENCES}
+    binary = {"predictions": BINARY_PREDICTIONS, "references": BINARY_REFERENCES}
+    accuracy = metrics.load_metric("accuracy")
+    references, predictions = MULTI_REFERENCES, MULTI_PREDICTIONS
+    for kwargs in (
+        {"sample_weight": MULTI_WEIGHTS}, {"normalize": False}, {"normalize": False, "sample_weight": [2] * 6},
+    ):
+        expected = sk.accuracy_score(references, predictions, **kwargs)
+        assert accuracy.compute(**multi, **kwargs)["accuracy"] == pytest.approx(expected)
+    assert accuracy.compute(**multi, normalize=False)["accuracy"] == 4.0
+
+    f1 = metrics.load_metric("f1")
+    for kwargs in (
+        {"average": "macro"},
+        {"average": "micro"},
+        {"average": "weighted", "sample_weight": MULTI_WEIGHTS},
+        {"average": "macro", "labels": [0, 2]},
+    ):
+        assert f1.compute(**multi, **kwargs)["f1"] == pytest.approx(sk.f1_score(references, predictions, **kwargs))
+    per_class = f1.compute(**multi, average=None)["f1"]
+    assert list(per_class) == pytest.approx(list(sk.f1_score(references, predictions, average=None)))
+    for kwargs in ({"pos_label": 0}, {"sample_weight": BINARY_WEIGHTS}):
+        expected = sk.f1_score(BINARY_REFERENCES, BINARY_PREDICTIONS, **kwargs)
+        assert f1.compute(**binary, **kwargs)["f1"] == pytest.approx(expected)
+
+    mcc = metrics.load_metric("matthews_correlation")
+    for example, weights in ((multi, MULTI_WEIGHTS), (binary, BINARY_WEIGHTS)):
+        expected = sk.matthews_corrcoef(example["references"], example["predictions"], sample_weight=weights)
+        assert mcc.compute(**example, sample_weight=weights)["matthews_correlation"] == pytest.approx(expected)
+
+    result = metrics.load_metric("classification").compute(
+        **multi, average="macro", normalize=False, sample_weight=MULTI_WEIGHTS
+    )
+    assert result == pytest.approx({
+        "accuracy": sk.accuracy_score(references, predictions, normalize=False, sample_weight=MULTI_WEIGHTS),
+        "f1": sk.f1_score(references, predictions, average="macro", sample_weight=MULTI_WEIGHTS),
+        "matthews_correlation": sk.matthews_corrcoef(references, predictions, sample_weight=MULTI_WEIGHTS),
+    })
+
+
+def test_multilabel_configurations_equal_scikit_learn(metrics):
+    import numpy as np
+    from sklearn import metrics as sk
+
+    example = {"predictions": MULTILABEL_PREDICTIONS, "references": MULTILABEL_REFERENCES}
+    references, predictions = np.array(MULTILABEL_REFERENCES), np.array(MULTILABEL_PREDICTIONS)
+    accuracy = metrics.load_metric("accuracy", config_name="multilabel").compute(**example)["accuracy"]
+    assert accuracy == pytest.approx(sk.accuracy_score(references, predictions))
+    f1 = metrics.load_metric("f1", config_name="multilabel").compute(**example, average="macro")["f1"]
+    assert f1 == pytest.approx(sk.f1_score(references, predictions, average="macro"))
+    mcc = metrics.load_metric("matthews_correlation", config_name="multilabel")
+    per_label = [sk.matthews_corrcoef(references[:, i], predictions[:, i]) for i in range(references.shape[1])]
+    assert mcc.compute(**example)["matthews_correlation"] == pytest.approx(per_label)
+    assert mcc.compute(**example, average="macro")["matthews_correlation"] == pytest.approx(np.mean(per_label))
 
 
 def test_binary_f1_refuses_more_than_two_classes(metrics):

@@ -4,6 +4,11 @@
 ones `upload_folder`'s own filter keeps for the `allow_patterns` that `push_checkpoint` passes.
 """
 
+import shutil
+import subprocess
+import sys
+import zipfile
+from importlib import resources
 from pathlib import Path
 from unittest import mock
 
@@ -20,7 +25,7 @@ from hf_simple_attn import (
 )
 from hf_simple_attn.analysis import layout_table
 from hf_simple_attn.hub import files_to_push, push_checkpoint
-from hf_simple_attn.model_card import parse_metrics, write_model_card
+from hf_simple_attn.model_card import CITATIONS, card_template, parse_metrics, write_model_card
 
 
 METRICS = {
@@ -34,8 +39,10 @@ METRICS = {
     "eval_samples_per_second": 10.0,
     "eval_samples": 500,
     "predict_bleu": 11.0,
+    "predict_gen_len": 9.5,
     "epoch": 1.0,
 }
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +52,13 @@ def marian_model():
 
 
 def test_parse_metrics_keeps_quality_metrics_with_their_split():
-    parsed = {(split, name): value for split, name, _, _, value in parse_metrics(METRICS)}
+    parsed = {(split, name): (metric_type, value) for split, name, metric_type, _, value in parse_metrics(METRICS)}
     assert parsed == {
-        ("validation", "loss"): 2.5,
-        ("validation", "bleu"): 12.3456,
-        ("validation", "chrf"): 40.5,
-        ("test", "bleu"): 11.0,
+        ("validation", "loss"): (None, 2.5),  # shown in the card, not an evaluation metric
+        ("validation", "bleu"): ("sacrebleu", 12.3456),
+        ("validation", "chrf"): ("chrf", 40.5),
+        ("test", "bleu"): ("sacrebleu", 11.0),
+        ("test", "gen_len"): (None, 9.5),
     }
 
 
@@ -68,12 +76,11 @@ def test_translation_card_metadata_and_body(marian_model, tmp_path):
     assert path == tmp_path / "run" / "README.md"
     card = ModelCard.load(path)
     data = card.data
-    assert data.library_name == "transformers" and data.pipeline_tag == "translation"
+    assert data.library_name == "transformers" and data.pipeline_tag == "translation" and data.license == "apache-2.0"
     assert data.language == ["en", "de"] and data.datasets == ["wmt16"] and data.model_name == "someone/sh-x-en-de"
     assert {"hf_simple_attn", "simple_attn_marian", "translation", "hard_coded", "dot", "sh-x"} <= set(data.tags)
     results = {(r.dataset_split, r.metric_type): r.metric_value for r in data.eval_results}
-    assert results == {
-        ("validation", "loss"): 2.5,
+    assert results == {  # no loss, no generated length: only evaluation metrics
         ("validation", "sacrebleu"): 12.3456,
         ("validation", "chrf"): 40.5,
         ("test", "sacrebleu"): 11.0,
@@ -86,6 +93,13 @@ def test_translation_card_metadata_and_body(marian_model, tmp_path):
     assert "Length ratio γ" in body and "0.875" in body
     assert "You, Sun and Iyyer 2020" in body and "trained from scratch" in body
     assert "| validation | BLEU | 12.35 |" in body and "| test | BLEU | 11 |" in body
+    assert "| validation | loss | 2.5 |" in body and "| test | mean generated length | 9.5 |" in body
+    for section in ("## Intended use", "## Limitations", "## License", "## Citation"):
+        assert section in body
+    assert "hard-coded heads use fixed Gaussian weights" in body and "Inputs longer than 64 tokens" in body
+    assert "The Hub dataset `wmt16`" in body and "see the dataset's card on the Hub" in body
+    assert CITATIONS["hard_coded"] in body and "@inproceedings{you-etal-2020-hard," in body
+    assert body.count("@inproceedings") == 1  # dot attention cites nothing
     assert "| BLEU signature | nrefs:1\\|case:mixed" in body  # pipes escaped inside the table
     assert 'pipeline("translation", model="someone/sh-x-en-de", trust_remote_code=True)' in body
     assert "import hf_simple_attn" in body and 'AutoModelForSeq2SeqLM.from_pretrained("someone/sh-x-en-de")' in body
@@ -100,9 +114,14 @@ def test_card_of_a_converted_model_with_local_data(marian_model, tmp_path):
             dataset_name="hf_simple_attn:embedded",
             metrics={},
             base_model="Helsinki-NLP/opus-mt-en-de",
+            license="mpl-2.0",
         )
     )
     assert card.data.datasets is None and card.data.eval_results is None  # not a Hub dataset, no results
+    assert card.data.license == "mpl-2.0"
+    assert "LibreOffice help en-de, the excerpt shipped with hf_simple_attn (`hf_simple_attn:embedded`)" in card.text
+    assert "Licence of the text: MPL-2.0; check whether its terms apply" in card.text
+    assert "The model: `mpl-2.0`" in card.text and "Fine-tuned on that data only" in card.text
     assert card.data.base_model == "Helsinki-NLP/opus-mt-en-de" and card.data.model_name == "out-dir"
     assert "converted from\n`Helsinki-NLP/opus-mt-en-de`" in card.text and "`hf_simple_attn:embedded`" in card.text
     assert 'model="out-dir"' in card.text and "## Results" not in card.text
@@ -131,11 +150,16 @@ def test_classification_and_summarization_cards(tmp_path):
     assert f"({attention_parameters:,} in attention sublayers)" in card.text and attention_parameters > 0
     assert 'pipeline("text-classification", model="cls", trust_remote_code=True)' in card.text
     assert layout_table(config) in card.text and "hidden size 32, 2 layers, 4 heads" in card.text
+    assert CITATIONS["local"] in card.text and "local heads attend only within their fixed masks" in card.text
 
     summarizer = SimpleAttnMarianMTModel(SimpleAttnMarianConfig(**TINY_MARIAN))
     card = ModelCard.load(
         write_model_card(
-            tmp_path / "sum", summarizer, task="summarization", dataset_name=None, metrics={"predict_rougeL": 30.25}
+            tmp_path / "sum",
+            summarizer,
+            task="summarization",
+            dataset_name=None,
+            metrics={"predict_rougeL": 30.25, "predict_gen_len": 12.0, "predict_loss": 3.0},
         )
     )
     assert [(r.dataset_split, r.metric_type, r.metric_name) for r in card.data.eval_results] == [
@@ -143,6 +167,7 @@ def test_classification_and_summarization_cards(tmp_path):
     ]
     assert card.data.pipeline_tag == "summarization" and "**custom** attention layout" in card.text
     assert 'AutoModelForSeq2SeqLM.from_pretrained("sum", trust_remote_code=True)' in card.text
+    assert "## Citation" not in card.text and "Simplified attention:" not in card.text  # dot attention only
     with pytest.raises(ValueError, match="task: expected one of"):
         write_model_card(tmp_path / "x", summarizer, task="image-classification", dataset_name=None, metrics={})
 
@@ -254,8 +279,35 @@ def test_push_refuses_a_folder_without_a_checkpoint(tmp_path):
     assert not create_repo.called
 
 
-def test_card_template_ships_with_the_repository():
-    from hf_simple_attn.model_card import TEMPLATE_PATH
+def test_card_template_is_package_data():
+    template = (resources.files("hf_simple_attn") / "model_cards" / "model_card.md").read_text(encoding="utf-8")
+    assert card_template() == template and template.startswith("---\n{{ card_data }}\n---\n")
 
-    assert TEMPLATE_PATH == Path(__file__).resolve().parent.parent / "model_cards" / "model_card.md"
-    assert TEMPLATE_PATH.read_text(encoding="utf-8").startswith("---\n{{ card_data }}\n---\n")
+
+ZIPPED_PACKAGE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import hf_simple_attn
+from hf_simple_attn.model_card import card_template
+assert hf_simple_attn.__file__.startswith(sys.argv[1]), hf_simple_attn.__file__
+print(card_template().splitlines()[1])
+"""
+
+
+def test_the_wheel_ships_the_card_template(tmp_path):
+    """Built with pyproject's package data and imported from the wheel itself (zipimport: no source tree)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source)
+    package = source / "hf_simple_attn"
+    shutil.copytree(REPO_ROOT / "hf_simple_attn", package, ignore=shutil.ignore_patterns("__pycache__"))
+    build = ["-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)]
+    subprocess.run([sys.executable, *build], check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("hf_simple_attn-*.whl")
+    assert "hf_simple_attn/model_cards/model_card.md" in zipfile.ZipFile(wheel).namelist()
+    result = subprocess.run(
+        [sys.executable, "-c", ZIPPED_PACKAGE, str(wheel)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "{{ card_data }}"

@@ -1,66 +1,58 @@
-"""F1 score (binary or macro-averaged) as an `evaluate` metric that needs no Hub download."""
+"""F1 as an `evaluate` metric that needs no Hub download: `sklearn.metrics.f1_score`, with the arguments of
+evaluate's own `f1` module (`labels`, `pos_label`, `average`, `sample_weight`; config "multilabel")."""
 
 import datasets
 import evaluate
 import numpy as np
+from sklearn.metrics import f1_score
 
 _DESCRIPTION = """\
-F1 = 2 TP / (2 TP + FP + FN), the harmonic mean of precision and recall (0 where a class is
-never predicted nor present). "binary" scores the class `pos_label`; "macro" averages the
-per-class F1 over `labels` (by default every label seen in predictions or references).
+F1 = 2 * precision * recall / (precision + recall), the harmonic mean of precision and recall.
 """
 
 _INPUTS_DESCRIPTION = """
 Args:
-    predictions: list of predicted integer labels.
-    references: list of reference integer labels.
-    average: "binary" (default) or "macro".
-    pos_label: the positive class for "binary" (default 1).
-    labels: the classes averaged by "macro" (default: all labels seen).
+    predictions: predicted integer labels (lists of 0/1 labels with the "multilabel" configuration).
+    references: reference labels, in the same form.
+    labels: the labels averaged when `average` is not "binary" (and their order when it is None). Default: all seen.
+    pos_label: the positive class for "binary". Default 1.
+    average: "binary" (default), "micro", "macro", "weighted", "samples" (multilabel) or None (one score per label).
+    sample_weight: one weight per example. Default None.
 Returns:
-    f1: float in [0, 1].
+    f1: float, or an array of per-label scores when `average` is None.
+"""
+
+_CITATION = """\
+@article{scikit-learn,
+  title={Scikit-learn: Machine Learning in {P}ython},
+  author={Pedregosa, F. and Varoquaux, G. and Gramfort, A. and Michel, V. and Thirion, B. and Grisel, O. and
+          Blondel, M. and Prettenhofer, P. and Weiss, R. and Dubourg, V. and Vanderplas, J. and Passos, A. and
+          Cournapeau, D. and Brucher, M. and Perrot, M. and Duchesnay, E.},
+  journal={Journal of Machine Learning Research},
+  volume={12},
+  pages={2825--2830},
+  year={2011}
+}
 """
 
 
-def class_f1(predictions, references, label):
-    """F1 of one class, treating `label` as positive and every other label as negative."""
-    predicted = predictions == label
-    actual = references == label
-    true_positives = np.sum(predicted & actual)
-    false_positives = np.sum(predicted & ~actual)
-    false_negatives = np.sum(~predicted & actual)
-    denominator = 2 * true_positives + false_positives + false_negatives
-    return float(2 * true_positives / denominator) if denominator else 0.0
-
-
-def f1_score(predictions, references, average="binary", pos_label=1, labels=None):
-    """Binary F1 of `pos_label`, or the macro average of the per-class F1 over `labels`."""
-    predictions = np.asarray(predictions)
-    references = np.asarray(references)
-    seen = np.union1d(predictions, references)
-    if average == "binary":
-        if len(seen) > 2:
-            raise ValueError(f"average='binary' needs at most two classes, got {seen.tolist()}; use 'macro'")
-        return class_f1(predictions, references, pos_label)
-    if average == "macro":
-        classes = seen if labels is None else labels
-        return float(np.mean([class_f1(predictions, references, label) for label in classes]))
-    raise ValueError(f"average must be 'binary' or 'macro', got {average!r}")
-
-
 class F1(evaluate.Metric):
-    """Binary or macro-averaged F1 for integer class labels."""
+    """F1 score, computed by scikit-learn."""
 
     def _info(self):
+        label = datasets.Value("int64")
+        if self.config_name == "multilabel":
+            label = datasets.Sequence(label)
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
-            citation="",
+            citation=_CITATION,
             inputs_description=_INPUTS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}
-            ),
-            format="numpy",
+            features=datasets.Features({"predictions": label, "references": label}),
+            reference_urls=["https://scikit-learn.org/stable/modules/generated/sklearn.metrics.f1_score.html"],
         )
 
-    def _compute(self, predictions, references, average="binary", pos_label=1, labels=None):
-        return {"f1": f1_score(predictions, references, average=average, pos_label=pos_label, labels=labels)}
+    def _compute(self, predictions, references, labels=None, pos_label=1, average="binary", sample_weight=None):
+        score = f1_score(
+            references, predictions, labels=labels, pos_label=pos_label, average=average, sample_weight=sample_weight
+        )
+        return {"f1": float(score) if np.size(score) == 1 else score}
