@@ -22,7 +22,11 @@ from .modeling.modeling_simple_attn_bert import (
     SimpleAttnBertModel,
 )
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianModel, SimpleAttnMarianMTModel
-from .modeling.pipeline_translation import TranslationPipeline
+from .modeling.pipeline_translation import (
+    SummarizationPipeline,
+    Text2TextGenerationPipeline,
+    TranslationPipeline,
+)
 from .modeling.presets import list_presets
 
 
@@ -56,6 +60,8 @@ __all__ = [
     "SimpleAttnMarianConfig",
     "SimpleAttnMarianModel",
     "SimpleAttnMarianMTModel",
+    "SummarizationPipeline",
+    "Text2TextGenerationPipeline",
     "TranslationPipeline",
     "list_presets",
     "register_attention",

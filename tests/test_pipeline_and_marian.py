@@ -6,14 +6,24 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from transformers import MarianConfig, MarianMTModel, pipeline
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, TranslationPipeline
 
-from conftest import TINY_MARIAN
+from conftest import TINY_MARIAN, build_tokenizer
 
 SENTENCES = ["the cat sat on the mat", "a big red car runs fast", "the dog is small"]
+# Every task a saved seq2seq model records in custom_pipelines (plus a 4.x-style translation task name).
+TASK_OUTPUTS = {
+    "translation": "translation_text",
+    "translation_en_to_de": "translation_text",
+    "summarization": "summary_text",
+    "text2text-generation": "generated_text",
+}
 
 
 def marian_and_ours(tmp_path):
@@ -71,15 +81,57 @@ def test_translation_pipeline_in_memory(tiny_tokenizer):
     assert len(two) == 2 and two[0] == expected[0]
     # pipeline() rewrote config.custom_pipelines in place; the model must still save.
     saved = model.config.to_dict()["custom_pipelines"]
-    assert saved == {"translation": {"impl": "pipeline_translation.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"]}}
+    assert saved == {
+        task: {"impl": f"pipeline_translation.{name}", "pt": ["AutoModelForSeq2SeqLM"]}
+        for task, name in (("translation", "TranslationPipeline"), ("summarization", "SummarizationPipeline"),
+                           ("text2text-generation", "Text2TextGenerationPipeline"))
+    }
 
 
-def test_translation_pipeline_from_a_saved_folder(tmp_path, tiny_tokenizer):
+def test_translation_task_names_and_languages(tiny_tokenizer):
+    model = tiny_model()
+    expected = expected_translations(model, tiny_tokenizer, max_new_tokens=7)
+    translator = pipeline("translation_en_to_de", model=model, tokenizer=tiny_tokenizer, config=model.config,
+                          pipeline_class=TranslationPipeline)
+    assert translator(SENTENCES, max_new_tokens=7) == expected
+    # The model records no languages: src_lang / tgt_lang cannot be honoured, so they are refused.
+    for kwargs in ({"src_lang": "en"}, {"tgt_lang": "fr"}):
+        with pytest.raises(ValueError, match="translates one fixed direction and does not record its languages"):
+            translator(SENTENCES, max_new_tokens=7, **kwargs)
+    # A tokenizer that records them (as MarianTokenizer does): matching languages pass, others are refused.
+    tokenizer = build_tokenizer()
+    tokenizer.source_lang, tokenizer.target_lang = "en", "de"
+    translator = TranslationPipeline(model=model, tokenizer=tokenizer, task="translation_en_to_de", src_lang="en")
+    assert translator(SENTENCES, max_new_tokens=7, tgt_lang="de") == expected
+    with pytest.raises(ValueError, match="tgt_lang='fr': this model translates one fixed direction, en to de"):
+        translator(SENTENCES, max_new_tokens=7, tgt_lang="fr")
+    with pytest.raises(ValueError, match="task 'translation_en_to_fr' \\(target language 'fr'\\).* en to de"):
+        TranslationPipeline(model=model, tokenizer=tokenizer, task="translation_en_to_fr")
+
+
+def test_max_new_tokens_with_a_max_length_in_the_generation_config_does_not_warn(tiny_tokenizer):
+    model = tiny_model()
+    model.generation_config.max_length = 12  # as the training scripts set it
+    translator = TranslationPipeline(model=model, tokenizer=tiny_tokenizer)
+    with CaptureLogger(logging.get_logger("transformers.generation.utils")) as captured:
+        result = translator(SENTENCES, max_new_tokens=7)
+    assert "max_length" not in captured.out
+    assert result == expected_translations(model, tiny_tokenizer, max_new_tokens=7)
+    assert translator(SENTENCES) == expected_translations(model, tiny_tokenizer, max_length=12)
+
+
+def test_text2text_pipelines_from_a_saved_folder(tmp_path, tiny_tokenizer):
     model = tiny_model()
     model.save_pretrained(tmp_path / "model")
     tiny_tokenizer.save_pretrained(tmp_path / "model")
-    translator = pipeline("translation", model=str(tmp_path / "model"), trust_remote_code=True)
-    assert translator(SENTENCES, max_new_tokens=7) == expected_translations(model, tiny_tokenizer, max_new_tokens=7)
+    expected = expected_translations(model, tiny_tokenizer, max_new_tokens=7)
+    for task, key in TASK_OUTPUTS.items():
+        generator = pipeline(task, model=str(tmp_path / "model"), trust_remote_code=True)
+        assert generator(SENTENCES, max_new_tokens=7) == [{key: row["translation_text"]} for row in expected], task
+    # transformers 5 runs a task it removed only from the model's custom_pipelines, and those only with
+    # trust_remote_code, even where this package is installed.
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        pipeline("translation", model=str(tmp_path / "model"))
 
 
 REMOTE_PIPELINE = textwrap.dedent(
@@ -89,9 +141,12 @@ REMOTE_PIPELINE = textwrap.dedent(
     import torch
     from transformers import pipeline
     torch.set_num_threads(1)
-    translator = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
-    print(json.dumps({"module": type(translator).__module__,
-                      "result": translator(json.loads(sys.argv[2]), max_new_tokens=7, batch_size=2)}))
+    report = {}
+    for task in json.loads(sys.argv[3]):
+        generator = pipeline(task, model=sys.argv[1], trust_remote_code=True)
+        report[task] = {"module": type(generator).__module__,
+                        "result": generator(json.loads(sys.argv[2]), max_new_tokens=7, batch_size=2)}
+    print(json.dumps(report))
     """
 )
 
@@ -103,10 +158,13 @@ def test_translation_pipeline_without_the_package(tmp_path, tiny_tokenizer):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
     result = subprocess.run(
-        [sys.executable, "-c", REMOTE_PIPELINE, str(tmp_path / "model"), json.dumps(SENTENCES)],
+        [sys.executable, "-c", REMOTE_PIPELINE, str(tmp_path / "model"), json.dumps(SENTENCES),
+         json.dumps(list(TASK_OUTPUTS))],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["module"].startswith("transformers_modules.")
-    assert report["result"] == expected_translations(model, tiny_tokenizer, max_new_tokens=7)
+    expected = expected_translations(model, tiny_tokenizer, max_new_tokens=7)
+    for task, key in TASK_OUTPUTS.items():
+        assert report[task]["module"].startswith("transformers_modules."), task
+        assert report[task]["result"] == [{key: row["translation_text"]} for row in expected], task

@@ -1,6 +1,7 @@
 """Configurations: Marian's (or BERT's) fields plus the attention layout, validated when built."""
 
 import copy
+import re
 
 from huggingface_hub.dataclasses import strict
 from transformers import MarianConfig
@@ -17,9 +18,30 @@ SIZE_FIELDS = (
 # γ: mean source / target length; far outside this range the data or the computation is wrong.
 MIN_LENGTH_RATIO, MAX_LENGTH_RATIO = 1e-3, 1e3
 
-TRANSLATION_PIPELINE = {
-    "translation": {"impl": "pipeline_translation.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"]}
+# The text-to-text pipelines a seq2seq model records (`pipeline_translation.py`): transformers 5 removed these
+# tasks, but `pipeline()` still finds a task listed in `config.custom_pipelines`.
+TEXT2TEXT_PIPELINES = {
+    task: {"impl": f"pipeline_translation.{class_name}", "pt": ["AutoModelForSeq2SeqLM"]}
+    for task, class_name in (
+        ("translation", "TranslationPipeline"),
+        ("summarization", "SummarizationPipeline"),
+        ("text2text-generation", "Text2TextGenerationPipeline"),
+    )
 }
+
+
+class CustomPipelines(dict):
+    """`config.custom_pipelines`, where `translation_XX_to_YY` (the 4.x task names) finds the translation entry."""
+
+    @staticmethod
+    def recorded_task(task):
+        return "translation" if isinstance(task, str) and re.fullmatch(r"translation_.+_to_.+", task) else task
+
+    def __contains__(self, task):
+        return super().__contains__(self.recorded_task(task))
+
+    def __getitem__(self, task):
+        return super().__getitem__(self.recorded_task(task))
 
 
 @strict
@@ -62,8 +84,9 @@ class SimpleAttnMarianConfig(MarianConfig):
             },
             d_model=self.d_model,
         )
-        kwargs.setdefault("custom_pipelines", copy.deepcopy(TRANSLATION_PIPELINE))
+        kwargs.setdefault("custom_pipelines", copy.deepcopy(TEXT2TEXT_PIPELINES))
         super().__post_init__(**kwargs)
+        self.custom_pipelines = CustomPipelines(self.custom_pipelines)
 
     def to_dict(self) -> dict:
         output = super().to_dict()

@@ -33,7 +33,7 @@ from .attention import HeadGroups, tie_query_key_projections
 from .attention_registry import AttentionContext
 from .configuration_simple_attn_bert import SimpleAttnBertConfig
 from .modeling_simple_attn_marian import SimpleAttnPreTrainedModel
-from .stack import build_stack_state, prefixed, run_encoder_layers
+from .stack import build_stack_state, check_inputs, prefixed, run_encoder_layers
 
 
 BERT_QUERY_KEY_NAMES = ("query", "key")
@@ -161,6 +161,12 @@ class SimpleAttnBertPreTrainedModel(SimpleAttnPreTrainedModel):
     config_class = SimpleAttnBertConfig
     base_model_prefix = "bert"
     _no_split_modules = ["BertEmbeddings", "SimpleAttnBertLayer"]
+    _auto_map = {
+        "AutoModel": "modeling_simple_attn_bert.SimpleAttnBertModel",
+        "AutoModelForMaskedLM": "modeling_simple_attn_bert.SimpleAttnBertForMaskedLM",
+        "AutoModelForSequenceClassification": "modeling_simple_attn_bert.SimpleAttnBertForSequenceClassification",
+        "AutoModelForTokenClassification": "modeling_simple_attn_bert.SimpleAttnBertForTokenClassification",
+    }
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -203,6 +209,10 @@ class SimpleAttnBertModel(SimpleAttnBertPreTrainedModel):
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if input_ids is not None:
+            check_inputs(input_ids, "input_ids", attention_mask, "attention_mask")
+        else:
+            check_inputs(inputs_embeds, "inputs_embeds", attention_mask, "attention_mask")
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states

@@ -29,7 +29,14 @@ from .attention import SimpleAttention, tie_query_key_projections
 from .attention_registry import AttentionContext
 from .cache import new_decoder_cache
 from .configuration_simple_attn import SimpleAttnMarianConfig
-from .stack import build_stack_state, padding_mask_or_none, prefixed, run_encoder_layers
+from .stack import (
+    build_stack_state,
+    check_inputs,
+    padding_mask_or_none,
+    position_limits,
+    prefixed,
+    run_encoder_layers,
+)
 
 
 MODELING_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -148,6 +155,11 @@ class SimpleAttnPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    # Every Auto class a checkpoint loads into; `save_pretrained` records them all in `config.auto_map`.
+    _auto_map = {
+        "AutoModel": "modeling_simple_attn_marian.SimpleAttnMarianModel",
+        "AutoModelForSeq2SeqLM": "modeling_simple_attn_marian.SimpleAttnMarianMTModel",
+    }
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -160,7 +172,10 @@ class SimpleAttnPreTrainedModel(PreTrainedModel):
             module.init_attention_weights()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Also copy every module of the modeling folder (the translation pipeline among them)."""
+        """Also record every Auto class in `auto_map` (transformers records only the one this class is registered
+        for), and copy every module of the modeling folder (the pipelines among them)."""
+        if self._auto_class is not None:
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **self._auto_map}
         super().save_pretrained(save_directory, *args, **kwargs)
         if self._auto_class is not None:
             for name in sorted(os.listdir(MODELING_DIR)):
@@ -197,6 +212,10 @@ class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
     ) -> BaseModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if input_ids is not None:
+            check_inputs(input_ids, "input_ids", attention_mask, "attention_mask")
+        else:
+            check_inputs(inputs_embeds, "inputs_embeds", attention_mask, "attention_mask")
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -258,12 +277,18 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
             past_key_values = new_decoder_cache(self.config)
         if not use_cache:
             past_key_values = None
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if input_ids is not None:
+            check_inputs(input_ids, "decoder_input_ids", attention_mask, "decoder_attention_mask", past_length)
+        else:
+            check_inputs(inputs_embeds, "decoder_inputs_embeds", attention_mask, "decoder_attention_mask", past_length)
+        if encoder_hidden_states is not None:
+            check_inputs(encoder_hidden_states, "encoder_hidden_states", encoder_attention_mask, "attention_mask")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         inputs_embeds = inputs_embeds * self.embed_scale
 
-        batch_size, query_length = inputs_embeds.shape[:2]
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        query_length = inputs_embeds.shape[1]
         query_positions = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)
         hidden_states = inputs_embeds + self.embed_positions(inputs_embeds.shape[:-1], position_ids=query_positions)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
@@ -487,6 +512,47 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor):
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _prepare_generated_length(
+        self,
+        generation_config,
+        has_default_max_length,
+        has_default_min_length,
+        model_input_name,
+        input_ids_length,
+        inputs_tensor,
+    ):
+        """Also fit the length to decoder heads with learned position tables (recurrent, random_synthesizer):
+        the default length is cut to them, a requested one beyond them raises before decoding starts."""
+        generation_config = super()._prepare_generated_length(
+            generation_config,
+            has_default_max_length,
+            has_default_min_length,
+            model_input_name,
+            input_ids_length,
+            inputs_tensor,
+        )
+        limits = position_limits(self.config.attention_layout["decoder_self"])
+        if not limits:
+            return generation_config
+        layer_idx, kind, max_positions = min(limits, key=lambda limit: limit[2])
+        # The decoder reads every token of the output but the last.
+        if generation_config.max_length - 1 <= max_positions:
+            return generation_config
+        if has_default_max_length and generation_config.max_new_tokens is None:
+            generation_config.max_length = max_positions + 1
+            return generation_config
+        if generation_config.max_new_tokens is not None:
+            requested, allowed = "max_new_tokens", max_positions + 1 - input_ids_length
+        else:
+            requested, allowed = "max_length", max_positions + 1
+        raise ValueError(
+            f"generate: {requested}={getattr(generation_config, requested)} needs "
+            f"{generation_config.max_length - 1} decoder positions ({input_ids_length} decoder input token(s) "
+            f"included), but the {kind} attention at decoder_self layer {layer_idx} covers only "
+            f"max_positions={max_positions}; ask for {requested} <= {allowed} or use a larger 'max_positions' "
+            "in the attention layout"
+        )
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """Give `generate` our cache (value-only heads, absent sublayers) unless the user brought one."""

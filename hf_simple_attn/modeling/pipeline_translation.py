@@ -1,18 +1,28 @@
-"""A translation pipeline that travels with the model code.
+"""Text-to-text pipelines (translation, summarization, text2text-generation) that travel with the model code.
 
-transformers 5 removed the built-in "translation" task; a saved model records this class in
-`config.custom_pipelines`, so `pipeline("translation", model=folder, trust_remote_code=True)`
-loads it. It behaves like the 4.x `TranslationPipeline`: each input gives
-`{"translation_text": ...}` (or `{"translation_token_ids": ...}` with `return_tensors=True`),
-batching and `generate` keyword arguments work.
+transformers 5 removed these tasks, and `pipeline()` rejects their names (`translation_XX_to_YY` included)
+before it looks at its task registry, so registering a class under them has no effect. What 5.x still does:
+a task recorded in the model's `config.custom_pipelines` is looked up before that check. A saved
+seq2seq model records all three tasks there (the config cannot tell a translator from a summarizer), so
+`pipeline("translation" | "translation_XX_to_YY" | "summarization" | "text2text-generation", model=folder,
+trust_remote_code=True)` loads these classes from the folder. `pipeline()` insists on `trust_remote_code`
+for such a task even where this package is installed; with a model object, pass `config=model.config,
+pipeline_class=...`, or build the class directly.
+
+They behave like the 4.x pipelines: each input gives `{"translation_text": ...}`, `{"summary_text": ...}`
+or `{"generated_text": ...}` (`..._token_ids` with `return_tensors=True`); batching and `generate` keyword
+arguments work.
 """
+
+import re
 
 from transformers import GenerationConfig, Pipeline
 
 
-class TranslationPipeline(Pipeline):
-    """Translate text with any sequence-to-sequence model that `generate`s."""
+class Text2TextGenerationPipeline(Pipeline):
+    """Generate text from text with any sequence-to-sequence model that `generate`s."""
 
+    return_name = "generated"
     _pipeline_calls_generate = True
     _load_tokenizer = True
     _load_processor = False
@@ -26,17 +36,11 @@ class TranslationPipeline(Pipeline):
         return_text=None,
         clean_up_tokenization_spaces=None,
         truncation=None,
-        src_lang=None,
-        tgt_lang=None,
         **generate_kwargs,
     ):
         preprocess_params = {}
         if truncation is not None:
             preprocess_params["truncation"] = truncation
-        if src_lang is not None:
-            preprocess_params["src_lang"] = src_lang
-        if tgt_lang is not None:
-            preprocess_params["tgt_lang"] = tgt_lang
         postprocess_params = {}
         if return_tensors is not None:
             postprocess_params["return_tensors"] = return_tensors
@@ -47,23 +51,23 @@ class TranslationPipeline(Pipeline):
         return preprocess_params, generate_kwargs, postprocess_params
 
     def __call__(self, *args, **kwargs):
-        """Translate a string or a list of strings; returns one `{"translation_text": ...}` per input."""
+        """Run on a string or a list of strings; returns one `{"<return_name>_text": ...}` per input."""
         result = super().__call__(*args, **kwargs)
         if isinstance(args[0], list) and all(isinstance(el, list) and len(el) == 1 for el in result):
             return [el[0] for el in result]
         return result
 
-    def preprocess(self, text, truncation=False, src_lang=None, tgt_lang=None):
+    def preprocess(self, text, truncation=False):
         if not isinstance(text, str):
-            raise ValueError(f"TranslationPipeline expects a string or a list of strings, got {type(text).__name__}")
-        if src_lang is not None and hasattr(self.tokenizer, "src_lang"):
-            self.tokenizer.src_lang = src_lang
-        if tgt_lang is not None and hasattr(self.tokenizer, "tgt_lang"):
-            self.tokenizer.tgt_lang = tgt_lang
+            raise ValueError(f"{type(self).__name__} expects a string or a list of strings, got {type(text).__name__}")
         return self.tokenizer(text, truncation=truncation, return_tensors="pt")
 
     def _forward(self, model_inputs, **generate_kwargs):
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        if "max_new_tokens" in generate_kwargs and not {"max_length", "generation_config"} & generate_kwargs.keys():
+            # max_new_tokens wins over the model's generation_config.max_length anyway; unset the latter so that
+            # generate() does not warn on every call that both are set.
+            generate_kwargs["max_length"] = None
         batch_size = model_inputs["input_ids"].shape[0]
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         # (batch * num_return_sequences, length) -> (batch, num_return_sequences, length)
@@ -73,10 +77,65 @@ class TranslationPipeline(Pipeline):
         records = []
         for output_ids in model_outputs["output_ids"][0]:
             if return_tensors:
-                records.append({"translation_token_ids": output_ids})
+                records.append({f"{self.return_name}_token_ids": output_ids})
             else:
                 text = self.tokenizer.decode(
                     output_ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
                 )
-                records.append({"translation_text": text})
+                records.append({f"{self.return_name}_text": text})
         return records
+
+
+class SummarizationPipeline(Text2TextGenerationPipeline):
+    """Summarize text; each input gives `{"summary_text": ...}`."""
+
+    return_name = "summary"
+
+
+class TranslationPipeline(Text2TextGenerationPipeline):
+    """Translate text; each input gives `{"translation_text": ...}`.
+
+    The models translate one fixed direction. `src_lang` / `tgt_lang` are accepted only when they match the
+    languages the config or tokenizer records (`source_lang` / `target_lang`, as `MarianTokenizer` does);
+    the languages of a `translation_XX_to_YY` task name are checked the same way when recorded.
+    """
+
+    return_name = "translation"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        task_languages = re.fullmatch(r"translation_(.+)_to_(.+)", self.task)
+        if task_languages is not None:
+            self.check_languages(*task_languages.groups(), task=self.task)
+
+    def _sanitize_parameters(self, src_lang=None, tgt_lang=None, **kwargs):
+        self.check_languages(src_lang, tgt_lang)
+        return super()._sanitize_parameters(**kwargs)
+
+    def recorded_languages(self) -> tuple[str | None, str | None]:
+        """(source, target) as the config or else the tokenizer records them; None where unknown."""
+        for owner in (self.model.config, self.tokenizer):
+            languages = getattr(owner, "source_lang", None), getattr(owner, "target_lang", None)
+            if languages != (None, None):
+                return languages
+        return None, None
+
+    def check_languages(self, source: str | None, target: str | None, task: str | None = None) -> None:
+        """A `ValueError` unless each language given matches the one the model records: `src_lang` / `tgt_lang`
+        must be recorded, the languages of a `task` name must only not contradict the record."""
+        recorded = self.recorded_languages()
+        for role, name, asked, known in (
+            ("source", "src_lang", source, recorded[0]),
+            ("target", "tgt_lang", target, recorded[1]),
+        ):
+            if asked is None or asked == known or (known is None and task is not None):
+                continue
+            given = f"{name}={asked!r}" if task is None else f"task {task!r} ({role} language {asked!r})"
+            if known is None:
+                raise ValueError(
+                    f"{given}: this model translates one fixed direction and does not record its languages (no "
+                    "source_lang / target_lang on its config or tokenizer); leave src_lang and tgt_lang out"
+                )
+            raise ValueError(
+                f"{given}: this model translates one fixed direction, {recorded[0] or '?'} to {recorded[1] or '?'}"
+            )

@@ -7,6 +7,28 @@ from transformers.modeling_outputs import BaseModelOutput
 from .attention_registry import AttentionContext, get_attention_family
 
 
+def check_inputs(
+    inputs: torch.Tensor, input_name: str, attention_mask: torch.Tensor | None, mask_name: str, past_length: int = 0
+) -> None:
+    """A `ValueError` naming the argument for an empty batch or sequence, and for an attention mask that is not
+    (batch, past_length + length): a wrong mask would otherwise be broadcast or cut silently.
+
+    inputs: token ids (batch, length) or embeddings (batch, length, hidden).
+    """
+    if inputs.dim() < 2 or inputs.shape[0] == 0 or inputs.shape[1] == 0:
+        raise ValueError(
+            f"{input_name} has shape {tuple(inputs.shape)}: expected at least one sequence of at least one "
+            "position, as (batch, length) ids or (batch, length, hidden) embeddings"
+        )
+    expected = (inputs.shape[0], past_length + inputs.shape[1])
+    if attention_mask is not None and tuple(attention_mask.shape) != expected:
+        cached = f" plus {past_length} cached positions" if past_length else ""
+        raise ValueError(
+            f"{mask_name} has shape {tuple(attention_mask.shape)} but {input_name} has shape {tuple(inputs.shape)}"
+            f"{cached}: expected {mask_name} of shape {expected}, 1 at real tokens and 0 at padding"
+        )
+
+
 def padding_mask_or_none(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     """(batch, len) bool mask of real tokens, or None when nothing is padded."""
     if attention_mask is None or bool(attention_mask.bool().all()):
@@ -25,6 +47,17 @@ def build_stack_state(config, sites: tuple[str, ...]) -> nn.ModuleDict:
             if module is not None:
                 state[f"{site}_{kind}"] = module
     return state
+
+
+def position_limits(layer_specs: list) -> list[tuple[int, str, int]]:
+    """(layer, kind, max_positions) of every head group whose learned position tables cover only max_positions."""
+    return [
+        (layer_idx, group["kind"], group["max_positions"])
+        for layer_idx, spec in enumerate(layer_specs)
+        if spec is not None
+        for group in spec["groups"]
+        if "max_positions" in group
+    ]
 
 
 def prefixed(tied: dict[str, str], prefix: str) -> dict[str, str]:
