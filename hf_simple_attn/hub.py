@@ -80,6 +80,23 @@ def push_checkpoint(
     return str(commit.commit_url)
 
 
+def prepare_push(output_dir, hub_model_id: str | None, *, token=None, private: bool = False) -> str:
+    """Start of a training script with `--push_to_hub`: create (or reuse) the repository before any training, so
+    that a missing token, a refused name or no network stops the script at once instead of after training.
+
+    Returns the repository id (with its namespace); raises `SystemExit` naming the repository and the error.
+    """
+    repo_id = hub_model_id or Path(output_dir).resolve().name
+    try:
+        repo_url = HfApi(token=token).create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    except Exception as error:  # network, authentication, permissions: all reported the same way
+        raise SystemExit(
+            f"--push_to_hub: cannot create the repository {repo_id!r} ({type(error).__name__}: {error}); nothing "
+            "was trained. Fix the token (--hub_token or `hf auth login`) or --hub_model_id, or leave out --push_to_hub."
+        ) from error
+    return repo_url.repo_id
+
+
 def publish_checkpoint(
     output_dir,
     model,
@@ -113,4 +130,4 @@ def publish_checkpoint(
     return card
 
 
-__all__ = ["files_to_push", "publish_checkpoint", "push_checkpoint"]
+__all__ = ["files_to_push", "prepare_push", "publish_checkpoint", "push_checkpoint"]

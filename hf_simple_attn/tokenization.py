@@ -36,12 +36,14 @@ def train_tokenizer(
     vocab_size: int = 8000,
     model_max_length: int = 256,
     min_frequency: int = 2,
+    show_progress: bool = False,
 ) -> PreTrainedTokenizerFast:
     """Train a BPE vocabulary of at most `vocab_size` entries (`<pad>` included) on `texts`.
 
     Pass source and target texts together: the model shares one embedding matrix between
     encoder, decoder and output layer. `min_frequency` is the fewest occurrences a merge needs;
     a small corpus may give fewer than `vocab_size` entries (`len(tokenizer)` is the real size).
+    `show_progress` draws the `tokenizers` trainer's progress bars (on stderr).
     The result saves and loads with `save_pretrained` / `AutoTokenizer.from_pretrained`.
     """
     if vocab_size < 3:
@@ -55,7 +57,7 @@ def train_tokenizer(
         min_frequency=min_frequency,
         special_tokens=[EOS_TOKEN, UNK_TOKEN],
         limit_alphabet=MAX_ALPHABET,
-        show_progress=False,
+        show_progress=show_progress,
     )
     backend.train_from_iterator(texts, trainer)
     backend.add_special_tokens([PAD_TOKEN])
@@ -72,12 +74,17 @@ def train_tokenizer(
     )
 
 
-def train_bert_tokenizer(texts: Iterable[str], vocab_size: int = 8000, model_max_length: int = 512) -> BertTokenizer:
-    """A lowercasing BERT WordPiece vocabulary ([PAD] = 0, `[CLS] a [SEP] b [SEP]`) trained on `texts`."""
+def train_bert_tokenizer(
+    texts: Iterable[str], vocab_size: int = 8000, model_max_length: int = 512, show_progress: bool = False
+) -> BertTokenizer:
+    """A lowercasing BERT WordPiece vocabulary ([PAD] = 0, `[CLS] a [SEP] b [SEP]`) trained on `texts`
+    (`show_progress`: the trainer's progress bars)."""
     backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     backend.normalizer = normalizers.BertNormalizer(lowercase=True)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIAL_TOKENS, show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=BERT_SPECIAL_TOKENS, show_progress=show_progress
+    )
     backend.train_from_iterator(texts, trainer)
     return BertTokenizer(vocab=backend.get_vocab(), model_max_length=model_max_length)
 

@@ -260,6 +260,19 @@ def test_build_libreoffice_help_from_cached_packages(tmp_path):
     assert [len(corpus[name]) for name in SPLIT_NAMES] == [3, 1, 1]
 
 
+def test_corpus_building_shows_progress_unless_progress_bars_are_disabled(tmp_path, capfd):
+    for package, lang in (("libreoffice-help-en-us", "en-US"), ("libreoffice-help-de", "de")):
+        shutil.copytree(HELP_FIXTURE / lang, tmp_path / "unpacked" / package / "usr/share/libreoffice/help" / lang)
+    datasets.disable_progress_bars()  # as the training scripts do with --disable_tqdm
+    try:
+        build_libreoffice_help("de", cache_dir=tmp_path, validation_size=1, test_size=1)
+        assert "LibreOffice help pages" not in capfd.readouterr().err
+    finally:
+        datasets.enable_progress_bars()
+    build_libreoffice_help("de", cache_dir=tmp_path, validation_size=1, test_size=1)
+    assert "Pairing LibreOffice help pages (de)" in capfd.readouterr().err
+
+
 def _fake_wheel(path: Path, members: dict[str, bytes]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as wheel:

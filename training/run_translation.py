@@ -15,7 +15,8 @@ with that script have the same names and meaning. Added here:
   `debian_descriptions`, `bible_en_es`, with `--dataset_config_name` as the target language.
   Hub datasets (`wmt16`, `iwslt2017`, ...) load through `datasets.load_dataset` as in the
   original; local files may be json/jsonl (`{"translation": {"en": ..., "de": ...}}` or one
-  column per language), csv or tsv (a header row naming the language columns).
+  column per language), csv or tsv (a header row naming the language columns), read as text
+  with every row checked (`hf_simple_attn.data.load_data_files`; errors name file, line and field).
 - batching: `--train_sampling_strategy group_by_length` groups sentences of similar length and
   shuffles the batches, and evaluates in dataset order (`hf_simple_attn.sampling`).
 - the results: BLEU and chrF (SacreBLEU, with their signatures) in `eval_results.json` /
@@ -42,12 +43,16 @@ from transformers import (
 
 import hf_simple_attn  # noqa: F401  (registers the model classes for saving with their code)
 from hf_simple_attn.data import (
+    DataFileError,
     build_bible_en_es,
     build_debian_descriptions,
     build_libreoffice_help,
+    data_file_columns,
+    data_files_by_split,
+    load_data_files,
     load_embedded_corpus,
 )
-from hf_simple_attn.hub import publish_checkpoint
+from hf_simple_attn.hub import prepare_push, publish_checkpoint
 from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer
 from hf_simple_attn.training_args import (
     AttentionArguments,
@@ -59,6 +64,7 @@ from hf_simple_attn.training_args import (
     load_or_train_tokenizer,
     parse_script_arguments,
     setup_logging,
+    show_progress,
 )
 
 
@@ -89,7 +95,6 @@ OFFLINE_CORPORA = {
     "debian_descriptions": (_debian_descriptions, ("de", "fr", "es")),
     "bible_en_es": (_bible_en_es, ("es",)),
 }
-FILE_EXTENSIONS = ("json", "jsonl", "csv", "tsv")
 # γ is a mean; this many training pairs estimate it to well under 1%.
 LENGTH_RATIO_SAMPLES = 10_000
 
@@ -177,6 +182,14 @@ class DataTrainingArguments:
     source_prefix: str | None = field(
         default=None, metadata={"help": "A prefix added before every source text (useful for T5 models)."}
     )
+    forced_bos_token: str | None = field(
+        default=None,
+        metadata={
+            "help": "The token to force as the first generated token after the decoder start token (for "
+            "multilingual models, usually the target language token). It must be in the tokenizer's "
+            "vocabulary; saved in the checkpoint's generation config."
+        },
+    )
 
     def __post_init__(self):
         if (
@@ -186,10 +199,7 @@ class DataTrainingArguments:
             and self.test_file is None
         ):
             raise ValueError("Need a --dataset_name or a --train_file / --validation_file / --test_file.")
-        for name in ("train_file", "validation_file", "test_file"):
-            path = getattr(self, name)
-            if path is not None and file_extension(path) not in FILE_EXTENSIONS:
-                raise ValueError(f"--{name}: expected a file ending in one of {FILE_EXTENSIONS}, got {path}")
+        data_files_by_split(self.train_file, self.validation_file, self.test_file)
         if self.dataset_name in OFFLINE_CORPORA:
             _, targets = OFFLINE_CORPORA[self.dataset_name]
             if self.dataset_config_name not in (None, *targets):
@@ -213,10 +223,6 @@ class DataTrainingArguments:
             self.val_max_target_length = self.max_target_length
 
 
-def file_extension(path: str) -> str:
-    return path.rsplit(".", 1)[-1].lower()
-
-
 def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments) -> DatasetDict:
     """The splits as `{"translation": {source_lang: ..., target_lang: ...}}` rows."""
     if data_args.dataset_name in OFFLINE_CORPORA:
@@ -231,46 +237,29 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
             token=model_args.token,
         )
     else:
-        data_files = {}
-        for split, path in (
-            ("train", data_args.train_file),
-            ("validation", data_args.validation_file),
-            ("test", data_args.test_file),
-        ):
-            if path is not None:
-                data_files[split] = path
-        extensions = {file_extension(path) for path in data_files.values()}
-        if len(extensions) > 1:
-            raise ValueError(
-                f"--train_file/--validation_file/--test_file: use one format for all, got {sorted(extensions)}"
-            )
-        extension = extensions.pop()
-        if extension in ("json", "jsonl"):
-            raw_datasets = load_dataset("json", data_files=data_files, cache_dir=model_args.cache_dir)
-        else:
-            delimiter = "\t" if extension == "tsv" else ","
-            raw_datasets = load_dataset(
-                "csv", data_files=data_files, delimiter=delimiter, cache_dir=model_args.cache_dir
-            )
-        raw_datasets = to_translation_rows(raw_datasets, data_args.source_lang, data_args.target_lang)
+        raw_datasets = load_translation_files(data_args, model_args.cache_dir)
     check_languages(raw_datasets, data_args.source_lang, data_args.target_lang)
     return raw_datasets
 
 
-def to_translation_rows(raw_datasets: DatasetDict, source_lang: str, target_lang: str) -> DatasetDict:
-    """Files with one column per language become `{"translation": {...}}` rows, as Hub datasets have."""
-    columns = next(iter(raw_datasets.values())).column_names
+def load_translation_files(data_args: DataTrainingArguments, cache_dir: str | None) -> DatasetDict:
+    """The local files, every row checked (`hf_simple_attn.data.load_data_files`): a `translation` object
+    or one column per language; files of the second kind become `{"translation": {...}}` rows as well."""
+    data_files = data_files_by_split(data_args.train_file, data_args.validation_file, data_args.test_file)
+    languages = (data_args.source_lang, data_args.target_lang)
+    reference = data_files.get("train", next(iter(data_files.values())))
+    columns = data_file_columns(reference)
     if "translation" in columns:
-        return raw_datasets
-    missing = [lang for lang in (source_lang, target_lang) if lang not in columns]
-    if missing:
-        raise ValueError(
-            f"data files: need a `translation` column or one column per language ({source_lang}, {target_lang}); "
+        return load_data_files(data_files, [f"translation.{lang}" for lang in languages], cache_dir=cache_dir)
+    if not set(languages) <= set(columns):
+        raise DataFileError(
+            f"{reference}: need a `translation` field or one column per language ({', '.join(languages)}); "
             f"columns are {columns}"
         )
+    raw_datasets = load_data_files(data_files, languages, cache_dir=cache_dir)
     return raw_datasets.map(
-        lambda row: {"translation": {source_lang: row[source_lang], target_lang: row[target_lang]}},
-        remove_columns=columns,
+        lambda row: {"translation": {lang: row[lang] for lang in languages}},
+        remove_columns=list(languages),
         desc="Collecting language columns",
     )
 
@@ -307,9 +296,11 @@ def tokenizer_training_texts(dataset, data_args: DataTrainingArguments):
             yield pair[data_args.target_lang]
 
 
-def tokenizer_for_run(model_args, size_args, data_args: DataTrainingArguments, train_dataset, checkpoint: str | None):
+def tokenizer_for_run(
+    model_args, size_args, data_args: DataTrainingArguments, train_dataset, checkpoint: str | None, progress=False
+):
     """The pretrained tokenizer, the one saved with the checkpoint a from-scratch run resumes, or
-    one trained here on `train_dataset`."""
+    one trained here on `train_dataset` (showing its progress when `progress`)."""
     if model_args.model_name_or_path is None and model_args.tokenizer_name is None and checkpoint is not None:
         return AutoTokenizer.from_pretrained(checkpoint)
     return load_or_train_tokenizer(
@@ -317,6 +308,7 @@ def tokenizer_for_run(model_args, size_args, data_args: DataTrainingArguments, t
         size_args,
         lambda: tokenizer_training_texts(train_dataset, data_args),
         model_max_length=max(data_args.max_source_length, data_args.max_target_length),
+        show_progress=progress,
     )
 
 
@@ -334,11 +326,21 @@ def translation_model(model_args, attention_args, size_args, data_args, tokenize
     model.generation_config.max_length = data_args.val_max_target_length
     if data_args.num_beams is not None:
         model.generation_config.num_beams = data_args.num_beams
+    if data_args.forced_bos_token is not None:
+        model.generation_config.forced_bos_token_id = token_id(tokenizer, data_args.forced_bos_token)
     logger.info(
         f"Model: {type(model).__name__}, preset {model.config.attention_preset}, "
         f"{model.num_parameters():,} parameters, vocabulary {len(tokenizer):,}"
     )
     return model
+
+
+def token_id(tokenizer, token: str) -> int:
+    """The id of `token`, which must be in the vocabulary (not read as `<unk>`)."""
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None or (token_id == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        raise ValueError(f"--forced_bos_token: {token!r} is not in the tokenizer's vocabulary")
+    return token_id
 
 
 def estimate_length_ratio(dataset, data_args: DataTrainingArguments, tokenizer, seed: int) -> float:
@@ -418,6 +420,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     # --push_to_hub uploads once, at the end, through hf_simple_attn.hub (checkpoint + code + card);
     # the Trainer's own pushing on every save is switched off.
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
+    if push_to_hub:  # before any training: a repository that cannot be created stops the script now
+        training_args.hub_model_id = prepare_push(
+            training_args.output_dir, training_args.hub_model_id, token=hub_token, private=training_args.hub_private_repo
+        )
 
     # An interrupted run in output_dir is resumed (with the tokenizer it saved).
     checkpoint = checkpoint_to_resume(training_args)
@@ -436,7 +442,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if from_scratch and not training_args.do_train:
         raise ValueError("Without --model_name_or_path the model is trained from scratch: pass --do_train.")
 
-    tokenizer = tokenizer_for_run(model_args, size_args, data_args, train_dataset, checkpoint)
+    tokenizer = tokenizer_for_run(
+        model_args, size_args, data_args, train_dataset, checkpoint, show_progress(training_args)
+    )
 
     model = translation_model(
         model_args, attention_args, size_args, data_args, tokenizer, train_dataset, training_args.seed

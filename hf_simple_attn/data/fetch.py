@@ -13,6 +13,7 @@ Cache layout::
     <cache_dir>/python/       pure-Python helpers installed with ``pip install --target``
 """
 
+import logging
 import shutil
 import subprocess
 import sys
@@ -21,17 +22,20 @@ from pathlib import Path
 APT_LANGUAGES = ("en", "de", "fr", "es")
 APT_HELPER = "/usr/lib/apt/apt-helper"
 
+logger = logging.getLogger(__name__)
+
 
 class SourceUnavailableError(RuntimeError):
     """A raw corpus source could not be fetched (tool missing, registry unreachable, ...)."""
 
 
 def _run(command: list[str], what: str, cwd: Path | None = None) -> str:
-    """Run ``command`` and return its stdout, raising ``SourceUnavailableError`` on failure."""
+    """Run ``command`` (logged at INFO) and return its stdout, raising ``SourceUnavailableError`` on failure."""
     if shutil.which(command[0]) is None:
         raise SourceUnavailableError(
             f"{what}: '{command[0]}' is not available on this machine; this corpus needs a "
             "Debian-based system with apt and dpkg, and pip")
+    logger.info("%s", what)
     completed = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if completed.returncode != 0:
         raise SourceUnavailableError(

@@ -14,6 +14,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import NamedTuple
 
+from datasets.utils import tqdm
+
 TextPair = tuple[str, str]
 
 
@@ -105,11 +107,12 @@ def parse_libreoffice_help_dir(en_dir: Path, xx_dir: Path) -> list[TextPair]:
 
     ``en_dir``/``xx_dir`` are ``usr/share/libreoffice/help/<lang>`` folders; pages under
     ``text/`` are paired by relative path, paragraphs by ``(id, occurrence)``. Pairs where
-    either side is empty are left out.
+    either side is empty are left out. Shows a progress bar (unless ``datasets.disable_progress_bars()``).
     """
     en_dir, xx_dir = Path(en_dir), Path(xx_dir)
     pairs = []
-    for en_page in sorted((en_dir / "text").rglob("*.html")):
+    pages = sorted((en_dir / "text").rglob("*.html"))
+    for en_page in tqdm(pages, desc=f"Pairing LibreOffice help pages ({xx_dir.name})", unit="page"):
         xx_page = xx_dir / en_page.relative_to(en_dir)
         if not xx_page.is_file():
             continue
