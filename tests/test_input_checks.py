@@ -149,3 +149,10 @@ def test_source_beyond_encoder_max_positions_raises_before_decoding():
     with torch.no_grad(), raises_naming("recurrent attention at encoder_self", "9 positions", "max_positions=8"):
         model.generate(input_ids=IDS, max_new_tokens=3)
     assert calls == []
+
+
+def test_special_token_ids_outside_the_vocabulary_name_the_field():
+    config = SimpleAttnMarianConfig.from_preset("base", vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1,
+                                                encoder_attention_heads=2, decoder_attention_heads=2)
+    with pytest.raises(ValueError, match=r"pad_token_id: 58100 is outside the vocabulary of vocab_size=50"):
+        SimpleAttnMarianMTModel(config)

@@ -326,6 +326,17 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         )
 
 
+def check_special_token_ids(config: SimpleAttnMarianConfig) -> None:
+    """The special token ids must index the vocabulary (MarianConfig's defaults assume 58,101 entries)."""
+    for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        token_id = getattr(config, name)
+        if token_id is not None and not 0 <= token_id < config.vocab_size:
+            raise ValueError(
+                f"{name}: {token_id} is outside the vocabulary of vocab_size={config.vocab_size}; set it with the "
+                "tokenizer's id (e.g. tokenizer.pad_token_id)"
+            )
+
+
 class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
     """The bare encoder-decoder, returning the decoder's last hidden states."""
 
@@ -333,6 +344,7 @@ class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
 
     def __init__(self, config: SimpleAttnMarianConfig):
         super().__init__(config)
+        check_special_token_ids(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.encoder = SimpleAttnMarianEncoder(config)
         self.decoder = SimpleAttnMarianDecoder(config)
