@@ -12,6 +12,7 @@ import sys
 
 from .modeling.presets import PRESETS
 
+
 # Exit status of a process stopped by SIGPIPE (128 + 13), as `yes | head -1` leaves it.
 BROKEN_PIPE_STATUS = 141
 SIZES = {

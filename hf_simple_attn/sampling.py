@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import Sampler, SequentialSampler
 from transformers import Seq2SeqTrainer, Trainer
 
+
 MEGABATCH_BATCHES = 50
 
 

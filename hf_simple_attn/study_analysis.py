@@ -31,6 +31,7 @@ from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
 from .study import Run, Study, evaluation_texts, main_runs, run_finished
 from .study_summary import pyplot
 
+
 logger = logging.getLogger(__name__)
 
 CHUNK_SIZE = 16  # sentences per forward pass

@@ -23,6 +23,7 @@ from tokenizers import (
 )
 from transformers import BertTokenizer, PreTrainedTokenizerFast
 
+
 EOS_TOKEN = "</s>"
 UNK_TOKEN = "<unk>"
 PAD_TOKEN = "<pad>"

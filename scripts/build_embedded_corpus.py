@@ -25,6 +25,7 @@ from hf_simple_attn.data.corpora import (
 )
 from hf_simple_attn.data.fetch import deb_field, download_deb, unpack_deb
 
+
 SOURCE_PACKAGES = ("libreoffice-help-en-us", f"libreoffice-help-{EMBEDDED_TARGET_LANG}")
 
 

@@ -4,12 +4,14 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
 
 torch.set_num_threads(1)
 

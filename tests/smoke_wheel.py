@@ -21,6 +21,7 @@ from hf_simple_attn.data import load_embedded_corpus
 from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.tokenization import train_tokenizer
 
+
 SENTENCES = ["Click OK to close the dialog.", "Select the cells that you want to print."]
 
 

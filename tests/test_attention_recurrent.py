@@ -17,6 +17,7 @@ from hf_simple_attn.modeling.attention_registry import AttentionContext, LayoutE
 
 from conftest import TINY_MARIAN
 
+
 PAD = TINY_MARIAN["pad_token_id"]
 M = 16  # max_positions in the model tests (the paper's 256 makes no difference to the maths)
 RAN = {"kind": "recurrent", "max_positions": M}

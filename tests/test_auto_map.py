@@ -21,6 +21,7 @@ from hf_simple_attn import (
 
 from conftest import TINY_MARIAN
 
+
 TINY_BERT = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
 SEQ2SEQ_AUTO_MAP = {
     "AutoConfig": "configuration_simple_attn.SimpleAttnMarianConfig",

@@ -12,6 +12,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import datasets
@@ -42,6 +43,7 @@ from hf_simple_attn.data import (
 )
 from hf_simple_attn.data.corpora import paraphrase_rows
 from hf_simple_attn.data.fetch import download_deb
+
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 HELP_FIXTURE = FIXTURES / "libreoffice_help"

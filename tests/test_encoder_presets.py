@@ -13,6 +13,7 @@ from transformers import AutoModelForMaskedLM
 import hf_simple_attn
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForMaskedLM
 
+
 PRESETS = hf_simple_attn.list_presets("encoder")
 TINY_BERT = dict(vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
                  max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,

@@ -14,6 +14,7 @@ from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer
 
 from conftest import TINY_MARIAN
 
+
 PAD = TINY_MARIAN["pad_token_id"]
 RAN = {"kind": "recurrent", "max_positions": 64}
 SYN = {"kind": "random_synthesizer", "max_positions": 64}

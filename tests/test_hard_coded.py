@@ -7,6 +7,7 @@ from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention_hard_coded import HardCodedGaussianHeads
 from hf_simple_attn.modeling.attention_registry import AttentionContext
 
+
 # N(d; 0, 1) = exp(-d²/2)/√(2π): d=0 → 1/2.506628 = 0.398942, d=1 → 0.606531·0.398942 = 0.241971,
 # d=2 → 0.135335·0.398942 = 0.053991, d=3 → 0.011109·0.398942 = 0.004432.
 N0, N1, N2, N3 = 0.398942, 0.241971, 0.053991, 0.004432

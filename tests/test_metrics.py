@@ -4,10 +4,12 @@ import math
 import os
 import time
 
+
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_EVALUATE_OFFLINE"] = "1"
 
 import pytest
+
 
 HYPOTHESES = [
     "The cat sat on the mat.",

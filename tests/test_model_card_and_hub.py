@@ -16,7 +16,6 @@ import pytest
 from huggingface_hub import HfApi, ModelCard, RepoUrl
 from huggingface_hub.utils import filter_repo_objects
 
-from conftest import TINY_MARIAN
 from hf_simple_attn import (
     SimpleAttnBertConfig,
     SimpleAttnBertForSequenceClassification,
@@ -26,6 +25,8 @@ from hf_simple_attn import (
 from hf_simple_attn.analysis import layout_table
 from hf_simple_attn.hub import files_to_push, push_checkpoint
 from hf_simple_attn.model_card import CITATIONS, card_template, parse_metrics, write_model_card
+
+from conftest import TINY_MARIAN
 
 
 METRICS = {

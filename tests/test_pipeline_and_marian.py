@@ -16,6 +16,7 @@ from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, Tran
 
 from conftest import TINY_MARIAN, build_tokenizer
 
+
 SENTENCES = ["the cat sat on the mat", "a big red car runs fast", "the dog is small"]
 # Every task a saved seq2seq model records in custom_pipelines (plus a 4.x-style translation task name).
 TASK_OUTPUTS = {

@@ -3,6 +3,7 @@
 import re
 from pathlib import Path
 
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETUP = ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "source scripts/install.sh"]
 
@@ -40,6 +41,8 @@ def test_ci_runs_the_test_script_and_the_wheel_smoke_test():
     ci = commands((REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8"))
     assert "bash scripts/test.sh" in ci and ci.index("bash scripts/test.sh") < len(ci) - 1
     assert ci[-1].endswith('"$tmp/venv/bin/python" tests/smoke_wheel.py')
+    # ... and the linter, once the tests have installed it with the dev extra.
+    assert "python -m ruff check ." in ci and ci.index("bash scripts/test.sh") < ci.index("python -m ruff check .")
     # CI installs nothing the README's commands do not: its only install is the wheel, into its own venv.
     assert [line for line in ci if re.search(r'pip"? install', line)] == [
         '"$tmp/venv/bin/pip" install --quiet --no-deps "$tmp"/dist/hf_simple_attn-*.whl'

@@ -15,6 +15,7 @@ from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 
 from conftest import TINY_MARIAN
 
+
 PAD = TINY_MARIAN["pad_token_id"]
 MIXED_LAYOUT = {
     "encoder_self": {"groups": [{"kind": "dot", "num_heads": 2}, {"kind": "hard_coded", "offsets": [-1, 1]}]},

@@ -16,12 +16,12 @@ from hf_simple_attn.study import (
     StudyError,
     chosen_setting,
     command_for,
+    evaluation_texts,
     load_study,
     main_runs,
     result_path,
     run_study,
     sweep_runs,
-    evaluation_texts,
 )
 from hf_simple_attn.study_summary import load_results, paired_bootstrap, summarize
 

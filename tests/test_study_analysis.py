@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from conftest import TINY_MARIAN
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, study_analysis
 from hf_simple_attn.cli import main
@@ -26,6 +25,9 @@ from hf_simple_attn.study_analysis import (
     row_statistics,
     site_masks,
 )
+
+from conftest import TINY_MARIAN
+
 
 # N(d; 0, 1) at distance d = 0..4 (SPEC); hard-coded rows are not renormalised.
 GAUSSIAN = [0.398942, 0.241971, 0.053991, 0.004432, 0.000134]

@@ -15,6 +15,7 @@ import pytest
 from hf_simple_attn.data import DataFileError, load_data_files
 from hf_simple_attn.training_args import ModelArguments
 
+
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
 sys.path.insert(0, str(TRAINING_DIR))
 

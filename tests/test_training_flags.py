@@ -26,6 +26,7 @@ from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForSequenceClassi
 from hf_simple_attn.tokenization import train_bert_tokenizer, train_tokenizer
 from hf_simple_attn.training_args import ModelArguments
 
+
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
 sys.path.insert(0, str(TRAINING_DIR))
 

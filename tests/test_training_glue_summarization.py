@@ -19,6 +19,7 @@ import hf_simple_attn.hub
 
 from conftest import HUB_TOKEN, assert_hub_token_kept_out
 
+
 torch.set_num_threads(1)
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -184,8 +185,9 @@ def test_glue_single_sentences_from_scratch_learns(run_glue, tmp_path):
     assert "trained from scratch" in card and "| validation | accuracy |" in card
 
     # the saved folder (weights, trained WordPiece tokenizer) works in a pipeline
-    import hf_simple_attn  # noqa: F401
     from transformers import AutoTokenizer, pipeline
+
+    import hf_simple_attn  # noqa: F401
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     encoding = tokenizer("a dull film", "a great film")

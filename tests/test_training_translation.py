@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, MarianConfig, MarianMTModel, pipeline
 
 import hf_simple_attn
+from hf_simple_attn.tokenization import train_bert_tokenizer, train_tokenizer
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
@@ -26,7 +27,6 @@ from hf_simple_attn.training_args import (
     compute_length_ratio,
     parse_attention_layout,
 )
-from hf_simple_attn.tokenization import train_bert_tokenizer, train_tokenizer
 
 from conftest import HUB_TOKEN, assert_hub_token_kept_out
 

@@ -68,6 +68,7 @@ from hf_simple_attn.training_args import (
     show_progress,
 )
 
+
 logger = logging.getLogger(__name__)
 
 task_to_keys = {
@@ -392,7 +393,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         )
         result = tokenizer(*texts, padding=padding, max_length=max_seq_length, truncation=True)
         if label_to_id is not None and "label" in examples:
-            result["label"] = [label_to_id[label] if label in label_to_id else -1 for label in examples["label"]]
+            result["label"] = [label_to_id.get(label, -1) for label in examples["label"]]
         return result
 
     with training_args.main_process_first(desc="dataset map pre-processing"):

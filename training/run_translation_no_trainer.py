@@ -36,6 +36,14 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, get_scheduler
 
+from hf_simple_attn.hub import prepare_push, publish_checkpoint
+from hf_simple_attn.training_args import (
+    AttentionArguments,
+    ModelArguments,
+    ModelSizeArguments,
+    parse_script_arguments,
+)
+
 # The sibling script (its folder is on sys.path when this one runs, also under `accelerate launch`).
 from run_translation import (
     DataTrainingArguments,
@@ -47,14 +55,6 @@ from run_translation import (
     source_and_target_texts,
     tokenizer_for_run,
     translation_model,
-)
-
-from hf_simple_attn.hub import prepare_push, publish_checkpoint
-from hf_simple_attn.training_args import (
-    AttentionArguments,
-    ModelArguments,
-    ModelSizeArguments,
-    parse_script_arguments,
 )
 
 

@@ -44,6 +44,7 @@ from .parsers import (
 )
 from .splits import SPLIT_NAMES, deduplicate, normalize_text, split_examples, stable_hash, to_dataset_dict
 
+
 __all__ = [
     "CACHE_DIR_ENV",
     "EMBEDDED_DIR",

@@ -43,6 +43,7 @@ from .parsers import (
 )
 from .splits import SPLIT_NAMES, Example, normalize_text, split_examples, to_dataset_dict
 
+
 CACHE_DIR_ENV = "HF_SIMPLE_ATTN_DATA_CACHE"
 LIBREOFFICE_HELP_LANGS = ("de", "fr", "es")
 DDTP_LANGS = ("de", "fr", "es")

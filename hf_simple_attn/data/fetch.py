@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+
 APT_LANGUAGES = ("en", "de", "fr", "es")
 APT_HELPER = "/usr/lib/apt/apt-helper"
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 import datasets
 from datasets.fingerprint import Hasher
 
+
 FILE_EXTENSIONS = ("json", "jsonl", "csv", "tsv")
 DELIMITERS = {"csv": ",", "tsv": "\t"}
 SPLIT_FLAGS = {"train": "--train_file", "validation": "--validation_file", "test": "--test_file"}

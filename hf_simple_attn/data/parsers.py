@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from datasets.utils import tqdm
 
+
 TextPair = tuple[str, str]
 
 

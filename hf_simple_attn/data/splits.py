@@ -12,6 +12,7 @@ from typing import Any
 
 import datasets
 
+
 SPLIT_NAMES = ("train", "validation", "test")
 
 Example = dict[str, Any]

@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 
+
 logger = logging.getLogger(__name__)
 
 METRICS_DIR = Path(__file__).resolve().parent

@@ -5,6 +5,7 @@ import datasets
 import evaluate
 from sklearn.metrics import accuracy_score
 
+
 _DESCRIPTION = """\
 Accuracy: the fraction of predictions equal to their reference label (with `sample_weight`, the
 weighted fraction). With the "multilabel" configuration a prediction counts only when every label matches.

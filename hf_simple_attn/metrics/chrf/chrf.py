@@ -4,6 +4,7 @@ import datasets
 import evaluate
 import sacrebleu
 
+
 _DESCRIPTION = """\
 Character n-gram F-score (chrF, Popović 2015) computed by `sacrebleu.CHRF`; with word_order=2
 it is chrF++ (Popović 2017). The result carries sacrebleu's signature string.

@@ -9,6 +9,7 @@ import evaluate
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+
 _DESCRIPTION = """\
 Accuracy, F1 and the Matthews correlation coefficient (MCC) of integer class labels in one compute,
 like the GLUE metric.

@@ -6,6 +6,7 @@ import evaluate
 import numpy as np
 from sklearn.metrics import f1_score
 
+
 _DESCRIPTION = """\
 F1 = 2 * precision * recall / (precision + recall), the harmonic mean of precision and recall.
 """

@@ -7,6 +7,7 @@ import evaluate
 import numpy as np
 from sklearn.metrics import matthews_corrcoef
 
+
 _DESCRIPTION = """\
 Matthews correlation coefficient (MCC), the GLUE metric for CoLA: +1 for perfect predictions, 0 for
 chance, -1 for inverse predictions; with more than two classes, Gorodkin's multi-class form. With the

@@ -5,6 +5,7 @@ import evaluate
 import numpy as np
 from rouge_score import rouge_scorer
 
+
 _DESCRIPTION = """\
 ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures (Lin, 2004) computed by `rouge_score`.
 ROUGE-Lsum treats each line as a sentence, so put one sentence per line (joined with "\\n") in

@@ -4,6 +4,7 @@ import datasets
 import evaluate
 import sacrebleu
 
+
 _DESCRIPTION = """\
 Corpus-level BLEU (Papineni et al., 2002) computed by `sacrebleu.BLEU`. The result carries
 sacrebleu's signature string, which records the settings (tokenizer, casing, smoothing, number
