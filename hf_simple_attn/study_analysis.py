@@ -452,19 +452,26 @@ def save_figure(plt, figure, path) -> Path:
     return Path(path)
 
 
-def layer_head_chart(values: dict[str, list[dict | None]], name: str, title: str, path: Path) -> Path:
-    """One panel per site: the statistic `name` per layer (rows) and head (columns); absent ones blank."""
+def layer_head_chart(
+    values: dict[str, list[dict | None]], name: str, title: str, path: Path, limits: tuple[float, float] | None = None
+) -> Path:
+    """One panel per site: the statistic `name` per layer (rows) and head (columns); absent ones blank. Every panel
+    shares one colour scale: `limits`, or 0 to the largest value."""
     sites = [site for site, layers in values.items() if any(layers)]
-    plt = pyplot()
-    figure, axes = plt.subplots(1, len(sites), figsize=(4.2 * len(sites), 3.4), squeeze=False)
-    for site, axis in zip(sites, axes[0]):
+    grids = {}
+    for site in sites:
         layers = values[site]
         grid = np.full((len(layers), max(len(layer[name]) for layer in layers if layer)), np.nan)
         for index, layer in enumerate(layers):
             if layer:
                 grid[index, : len(layer[name])] = [np.nan if value is None else value for value in layer[name]]
-        figure.colorbar(axis.imshow(grid, cmap="viridis", aspect="auto"), ax=axis)
-        axis.set(title=site, xlabel="head", ylabel="layer", xticks=range(grid.shape[1]), yticks=range(len(layers)))
+        grids[site] = grid
+    low, high = limits or (0.0, float(np.nanmax([np.nanmax(grid) for grid in grids.values()])))
+    plt = pyplot()
+    figure, axes = plt.subplots(1, len(sites), figsize=(4.2 * len(sites), 3.4), squeeze=False)
+    for (site, grid), axis in zip(grids.items(), axes[0]):
+        figure.colorbar(axis.imshow(grid, cmap="viridis", aspect="auto", vmin=low, vmax=high), ax=axis)
+        axis.set(title=site, xlabel="head", ylabel="layer", xticks=range(grid.shape[1]), yticks=range(grid.shape[0]))
     figure.suptitle(title)
     return save_figure(plt, figure, path)
 
@@ -488,7 +495,8 @@ def write_plots(analysis: dict, model, tokenizer, first_pair: tuple[str, str], f
     written = [
         layer_head_chart(analysis["entropy"], "entropy", "mean attention entropy (nats)", folder / "entropy.png"),
         layer_head_chart(
-            analysis["locality"], "within_1", "attention mass within ±1 of the diagonal", folder / "locality.png"
+            analysis["locality"], "within_1", "attention mass within ±1 of the diagonal", folder / "locality.png",
+            limits=(0.0, 1.0),
         ),
     ]
     if any(layer and layer["gate"] for layer in analysis.get("gmm_gates", [])):

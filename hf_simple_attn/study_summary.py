@@ -143,7 +143,7 @@ def results_table(study: Study, results: list[dict], tests: dict[str, dict[str, 
 
 
 def sweep_table(study: Study, sweep: list[dict]) -> str:
-    """Validation score of each representative at each setting; the chosen one in bold."""
+    """Validation score of each representative at each setting; the chosen one in bold (once all are in)."""
     metric = study.selection_metric
     settings = [tuple(sorted(setting.items())) for setting in study.sweep_settings]
     labels = [", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in s) for s in settings]
@@ -154,7 +154,8 @@ def sweep_table(study: Study, sweep: list[dict]) -> str:
         for result in sweep:
             if result["preset"] == members[0]:
                 scores[tuple(sorted(result["overrides"].items()))] = result["validation"].get(metric)
-        best = max((v for v in scores.values() if v is not None), default=None)
+        finished = len(scores) == len(settings)  # the choice is made once every setting has its score
+        best = max((v for v in scores.values() if v is not None), default=None) if finished else None
         cells = [
             "-" if s not in scores else (f"**{scores[s]:.2f}**" if scores[s] == best else f"{scores[s]:.2f}")
             for s in settings
