@@ -173,17 +173,24 @@ def pyplot():
     return plt
 
 
-def loss_chart(results: list[dict], path: Path) -> Path:
-    """Training loss against step, one line per run."""
+def loss_chart(study: Study, results: list[dict], path: Path) -> Path:
+    """Training loss against step: one panel per sweep group (one for the whole study without a sweep), a line
+    per run, `base` dashed in every panel for reference."""
     plt = pyplot()
-    figure, axis = plt.subplots(figsize=(9, 5.5))
-    for result in results:
-        steps, losses = zip(*result["loss_curve"]) if result["loss_curve"] else ((), ())
-        axis.plot(steps, losses, label=f"{result['preset']} s{result['seed']}", linewidth=1)
-    axis.set_xlabel("step")
-    axis.set_ylabel("training loss")
-    axis.set_yscale("log")
-    axis.legend(fontsize=6, ncol=3)
+    groups = study.sweep_groups or {study.name: study.presets}
+    base = [result for result in results if result["preset"] == "base"]
+    columns = min(3, len(groups))
+    rows = -(-len(groups) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False, sharey=True)
+    for axis, (group, presets) in zip(axes.flat, groups.items()):
+        members = [result for result in results if result["preset"] in presets and result["preset"] != "base"]
+        for result, style in [(r, "--") for r in base] + [(r, "-") for r in members]:
+            steps, losses = zip(*result["loss_curve"]) if result["loss_curve"] else ((), ())
+            axis.plot(steps, losses, style, label=f"{result['preset']} s{result['seed']}", linewidth=1)
+        axis.set(title=group, xlabel="step", ylabel="training loss", yscale="log")
+        axis.legend(fontsize=6)
+    for axis in list(axes.flat)[len(groups) :]:
+        axis.set_visible(False)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -231,7 +238,7 @@ def summarize(study: Study, readme: Path | None = None) -> Path:
     baselines = load_results(study.results_dir / "baselines", "*.json")
     tests = significance(study, results)
     (study.results_dir / "significance.json").write_text(json.dumps(tests, indent=1) + "\n", encoding="utf-8")
-    loss_chart(results, study.results_dir / "loss_curves.png")
+    loss_chart(study, results, study.results_dir / "loss_curves.png")
     score_chart(study, results, study.results_dir / "scores.png")
     lines = [
         f"# Study `{study.name}`",
