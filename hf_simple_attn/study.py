@@ -429,15 +429,23 @@ def script_data_arguments(study: Study):
     return module, model_args, data_args
 
 
-def evaluation_texts(study: Study, split: str = "test") -> tuple[list[str], list[str]]:
-    """(sources, references) of a split as the study's runs evaluated it ("validation" or "test"), in order
-    (translation studies)."""
+def evaluation_splits(study: Study, splits: tuple[str, ...]) -> dict[str, tuple[list[str], list[str]]]:
+    """(sources, references) of each split ("validation", "test") as the study's runs evaluated it, in order, from
+    one load of the corpus (translation studies)."""
     if study.task != "translation":
         raise StudyError(f"study {study.name!r}: texts are read for translation studies, not {study.task!r}")
     module, model_args, data_args = script_data_arguments(study)
-    limit = data_args.max_predict_samples if split == "test" else data_args.max_eval_samples
-    dataset = module.select_split(module.load_raw_datasets(data_args, model_args), split, limit, split)
-    return module.source_and_target_texts(dataset, data_args)
+    raw_datasets = module.load_raw_datasets(data_args, model_args)
+    texts = {}
+    for split in splits:
+        limit = data_args.max_predict_samples if split == "test" else data_args.max_eval_samples
+        texts[split] = module.source_and_target_texts(module.select_split(raw_datasets, split, limit, split), data_args)
+    return texts
+
+
+def evaluation_texts(study: Study, split: str = "test") -> tuple[list[str], list[str]]:
+    """(sources, references) of one split, as `evaluation_splits`."""
+    return evaluation_splits(study, (split,))[split]
 
 
 # ---- the loop ----------------------------------------------------------------------------------------------------
@@ -458,10 +466,9 @@ def write_baseline_result(study: Study, name: str) -> Path | None:
         return None
     scorer = module.TranslationScorer()
     result = {"study": study.name, "baseline": name, "task": study.task, "system": baseline.describe()}
-    for split, key in (("validation", "validation"), ("test", "test")):
-        sources, references = evaluation_texts(study, split)
+    for split, (sources, references) in evaluation_splits(study, ("validation", "test")).items():
         predictions = baseline.translate(sources, source_lang, target_lang)
-        result[key] = scorer(predictions, references)
+        result[split] = scorer(predictions, references)
         if split == "test":
             path.parent.mkdir(parents=True, exist_ok=True)
             path.with_suffix(".test.txt").write_text("\n".join(predictions) + "\n", encoding="utf-8")
