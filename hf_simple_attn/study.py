@@ -51,6 +51,7 @@ TASKS = {
         "selection_metric": "bleu",
         "arguments": {"predict_with_generate": True},
         "predictions": "generated_predictions.txt",
+        "auto_class": "AutoModelForSeq2SeqLM",
     },
     "classification": {
         "script": "training/run_glue.py",
@@ -58,6 +59,7 @@ TASKS = {
         "selection_metric": "accuracy",
         "arguments": {},
         "predictions": "predict_results.txt",
+        "auto_class": "AutoModelForSequenceClassification",
     },
     "summarization": {
         "script": "training/run_summarization.py",
@@ -65,6 +67,7 @@ TASKS = {
         "selection_metric": "rougeL",
         "arguments": {"predict_with_generate": True},
         "predictions": "generated_predictions.txt",
+        "auto_class": "AutoModelForSeq2SeqLM",
     },
 }
 SPEC_FIELDS = {
@@ -360,7 +363,7 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
         "task": study.task,
         "sweep": sweep,
         "run": run.name,
-        "parameters": count_parameters(run_dir),
+        "parameters": count_parameters(run_dir, study.task),
         "train_seconds": train_seconds(metrics, state, attempts[-1]["from_step"]),
         "resumed_from_step": attempts[-1]["from_step"] or None,
         "code": sorted({attempt.get("code") or "unknown" for attempt in attempts}),
@@ -392,14 +395,14 @@ def train_seconds(metrics: dict, state: dict, from_step: int) -> float:
     return round(seconds, 1)
 
 
-def count_parameters(run_dir: Path) -> int:
-    """Trainable parameters of the saved model, counted on the meta device (no weights are read)."""
+def count_parameters(run_dir: Path, task: str) -> int:
+    """Parameters of the trained model (its task head included), counted on the meta device (no weights read)."""
     import torch
-    from transformers import AutoConfig, AutoModel
+    import transformers
 
-    config = AutoConfig.from_pretrained(run_dir)
+    config = transformers.AutoConfig.from_pretrained(run_dir)
     with torch.device("meta"):
-        model = AutoModel.from_config(config)
+        model = getattr(transformers, TASKS[task]["auto_class"]).from_config(config)
     return model.num_parameters()
 
 
@@ -504,7 +507,7 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
     analyses). Interrupted,
     it stops its training processes; their checkpoints stay for the next start.
     """
-    written, running, failed, failed_analyses = [], {}, set(), set()
+    written, running, failed, analysed = [], {}, set(), set()
     for name in study.baselines:
         path = write_baseline_result(study, name)
         if path is not None:
@@ -520,12 +523,12 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
             startable, collected = {}, False
             if analyze is not None and study.analyses:
                 for run in unanalysed_runs(study):
-                    if run.name not in failed_analyses:
+                    if run.name not in analysed:  # once a session: some tasks have no analyses, some fail
+                        analysed.add(run.name)
                         try:
                             analyze(study, run, result_path(study, run))
                         except Exception:  # an analysis must not stop the training runs
                             logger.exception("%s: the analyses failed; the run's result stands", run.name)
-                            failed_analyses.add(run.name)
             for run, sweep in pending_runs(study):
                 if run.name in running:
                     continue
