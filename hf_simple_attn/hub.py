@@ -80,13 +80,18 @@ def push_checkpoint(
     return str(commit.commit_url)
 
 
+def repository_id(output_dir, hub_model_id: str | None) -> str:
+    """`--hub_model_id`, or by default the output folder's name."""
+    return hub_model_id or Path(output_dir).resolve().name
+
+
 def prepare_push(output_dir, hub_model_id: str | None, *, token=None, private: bool = False) -> str:
     """Start of a training script with `--push_to_hub`: create (or reuse) the repository before any training, so
     that a missing token, a refused name or no network stops the script at once instead of after training.
 
     Returns the repository id (with its namespace); raises `SystemExit` naming the repository and the error.
     """
-    repo_id = hub_model_id or Path(output_dir).resolve().name
+    repo_id = repository_id(output_dir, hub_model_id)
     try:
         repo_url = HfApi(token=token).create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
     except Exception as error:  # network, authentication, permissions: all reported the same way
@@ -116,7 +121,7 @@ def publish_checkpoint(
     `hub_model_id`, or the folder's name. A failed upload stops the script with `SystemExit`
     naming the failed step; the checkpoint and its card stay on disk. Returns the card's path.
     """
-    repo_id = hub_model_id or Path(output_dir).resolve().name
+    repo_id = repository_id(output_dir, hub_model_id)
     card = write_model_card(
         output_dir, model, model_id=repo_id if push_to_hub else None, license=license, **card_fields
     )

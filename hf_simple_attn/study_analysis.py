@@ -29,7 +29,7 @@ from .modeling.attention_gaussian_mixture import GaussianMixtureHeads
 from .modeling.attention_registry import SITES
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
 from .study import Run, Study, evaluation_texts, main_runs, run_finished
-from .study_summary import pyplot
+from .study_summary import pyplot, save_figure
 
 
 logger = logging.getLogger(__name__)
@@ -443,13 +443,6 @@ def attention_heatmaps(model, tokenizer, source: str, target: str, site: str, la
         axis.set_title(f"head {head}", fontsize=8)
     figure.suptitle(f"{site}, layer {layer}")
     return save_figure(plt, figure, path)
-
-
-def save_figure(plt, figure, path) -> Path:
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return Path(path)
 
 
 def layer_head_chart(

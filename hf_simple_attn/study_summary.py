@@ -173,6 +173,13 @@ def pyplot():
     return plt
 
 
+def save_figure(plt, figure, path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return Path(path)
+
+
 def loss_chart(study: Study, results: list[dict], path: Path) -> Path:
     """Training loss against step: one panel per sweep group (one for the whole study without a sweep), a line
     per run, `base` dashed in every panel for reference."""
@@ -191,10 +198,7 @@ def loss_chart(study: Study, results: list[dict], path: Path) -> Path:
         axis.legend(fontsize=6)
     for axis in list(axes.flat)[len(groups) :]:
         axis.set_visible(False)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(plt, figure, path)
 
 
 def score_chart(study: Study, results: list[dict], path: Path) -> Path:
@@ -213,10 +217,7 @@ def score_chart(study: Study, results: list[dict], path: Path) -> Path:
     axis.set_xticks(range(len(presets)), presets, rotation=70, fontsize=8)
     axis.set_ylabel(f"test {metric}")
     axis.set_title(study.name)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(plt, figure, path)
 
 
 def replace_block(text: str, name: str, content: str) -> str:
