@@ -10,6 +10,7 @@ A study is a JSON spec (see `studies/*.json`):
   "seeds": [1] | {"default": [1], "base": [1, 2, 3]},
   "sweep": {"settings": [{"learning_rate": 5e-4}, {"learning_rate": 1e-3}],
             "groups": {"base": ["base", "base-no-ff"], "hc-sa": ["hc-sa", "sh-x"]}},
+  "preset_arguments": {"local-all": {"learning_rate": 2e-3}},
   "save_steps": 500
 }
 ```
@@ -17,7 +18,8 @@ A study is a JSON spec (see `studies/*.json`):
 `arguments` are the training script's own options (`--key value`), shared by every run. With a `sweep`, each
 group's first preset (its representative) is trained once per setting (seed: the first of its seeds) and scored on
 the validation split; every preset of the group then runs with the setting that scored best, never chosen on the
-test split. A run whose options equal a sweep run's is that run (same folder, trained once).
+test split. A run whose options equal a sweep run's is that run (same folder, trained once). `preset_arguments`
+gives a preset outside the sweep its own options (e.g. the learning rate another study's sweep chose for it).
 
 Each run trains in `<spec folder>/runs/<study>/<run>/` (not committed) with periodic checkpoints, so a killed study
 continues from the last complete checkpoint when started again; a run with results is never trained again. Its
@@ -71,7 +73,8 @@ TASKS = {
     },
 }
 SPEC_FIELDS = {
-    "name", "task", "description", "arguments", "presets", "seeds", "sweep", "save_steps", "analyses", "baselines"
+    "name", "task", "description", "arguments", "presets", "seeds", "sweep", "preset_arguments", "save_steps",
+    "analyses", "baselines",
 }
 PACKAGE_PREFIX = "package:"
 # Options the runner sets for every run; a spec may not set them in "arguments".
@@ -111,6 +114,7 @@ class Study:
     seeds: dict[str, list[int]]
     sweep_settings: list[dict] = field(default_factory=list)
     sweep_groups: dict[str, list[str]] = field(default_factory=dict)
+    preset_arguments: dict[str, dict] = field(default_factory=dict)
     save_steps: int = 500
     analyses: bool = True
     description: str = ""
@@ -193,6 +197,16 @@ def load_study(path: str | os.PathLike) -> Study:
             raise StudyError(f"{path}: sweep.groups: {preset!r} is not among the study's presets")
     if len(grouped) != len(set(grouped)):
         raise StudyError(f"{path}: sweep.groups: a preset belongs to at most one group")
+    preset_arguments = spec.get("preset_arguments", {})
+    if not isinstance(preset_arguments, dict):
+        raise StudyError(f"{path}: 'preset_arguments' maps preset names to dicts of script options")
+    for preset, options in preset_arguments.items():
+        if preset not in presets:
+            raise StudyError(f"{path}: preset_arguments: {preset!r} is not among the study's presets")
+        if preset in grouped:
+            raise StudyError(f"{path}: preset_arguments: {preset!r} takes its options from its sweep group")
+        if not isinstance(options, dict) or not options or RUNNER_ARGUMENTS & set(options):
+            raise StudyError(f"{path}: preset_arguments.{preset} must be a non-empty dict of script options")
     baselines = spec.get("baselines", [])
     from .baselines import BASELINES
 
@@ -209,6 +223,7 @@ def load_study(path: str | os.PathLike) -> Study:
         seeds=seeds,
         sweep_settings=settings,
         sweep_groups={name: list(group) for name, group in groups.items()},
+        preset_arguments={preset: dict(options) for preset, options in preset_arguments.items()},
         save_steps=save_steps,
         analyses=spec.get("analyses", True),
         description=spec.get("description", ""),
@@ -246,7 +261,10 @@ def main_runs(study: Study) -> list[Run | None]:
     runs = []
     for preset in study.presets:
         representative = study.representative_of(preset)
-        overrides = () if representative is None else chosen_setting(study, representative)
+        if representative is None:
+            overrides = tuple(sorted(study.preset_arguments.get(preset, {}).items()))
+        else:
+            overrides = chosen_setting(study, representative)
         for seed in study.seeds_of(preset):
             runs.append(None if overrides is None else Run(preset, seed, overrides))
     return runs

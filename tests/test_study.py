@@ -62,6 +62,14 @@ def fake_result(study, run: Run, validation_bleu: float, sweep: bool) -> None:
         ({"sweep": {"settings": [{"learning_rate": 1e-3}], "groups": {"g": ["ran-d"]}}}, "'ran-d' is not among"),
         ({"sweep": {"settings": [], "groups": {"g": ["base"]}}}, "sweep needs 'settings'"),
         ({"baselines": ["google"]}, "baselines: translation studies may name ['apertium']"),
+        ({"preset_arguments": {"ran-d": {"learning_rate": 1e-3}}}, "preset_arguments: 'ran-d' is not among"),
+        ({"preset_arguments": {"base": {}}}, "preset_arguments.base must be a non-empty dict"),
+        ({"preset_arguments": {"base": {"seed": 2}}}, "preset_arguments.base must be a non-empty dict"),
+        (
+            {"preset_arguments": {"hc-sa": {"learning_rate": 1e-3}},
+             "sweep": {"settings": [{"learning_rate": 1e-3}], "groups": {"g": ["hc-sa"]}}},
+            "'hc-sa' takes its options from its sweep group",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(tmp_path, fields, message):
@@ -92,6 +100,17 @@ def test_the_sweep_chooses_on_validation_and_its_run_is_reused(tmp_path):
     assert command[command.index("--learning_rate") + 1] == "0.0005"
     assert command[command.index("--attention_preset") + 1] == "sh-x"
     assert command[command.index("--output_dir") + 1] == str(tmp_path / "runs" / "toy" / "sh-x--lr0.0005--seed1")
+
+
+def test_preset_arguments_give_a_preset_outside_the_sweep_its_own_options(tmp_path):
+    study = load_study(write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}}))
+    runs = main_runs(study)
+    assert [run.name for run in runs] == ["base--seed1", "hc-sa--lr0.002--seed1"]
+    learning_rates = []
+    for run in runs:
+        command = command_for(study, run)
+        learning_rates.append(command[command.index("--learning_rate") + 1])
+    assert learning_rates == ["0.001", "0.002"]
 
 
 def wait_for(condition, timeout: float) -> None:
