@@ -297,10 +297,16 @@ def command_for(study: Study, run: Run) -> list[str]:
     return command
 
 
-def portable_command(command: list[str]) -> list[str]:
-    """The command as a reader reruns it from the repository root: `python`, paths relative to the root."""
-    root = str(REPO_ROOT) + os.sep
-    return ["python"] + [part.replace(root, "") for part in command[1:]]
+def portable_command(command: list[str], study: Study) -> list[str]:
+    """The command as a reader reruns it from the repository root: `python`, paths relative to the root (the run
+    folder relative to the folder holding the study's `studies/`)."""
+    prefixes = [str(REPO_ROOT) + os.sep, str(study.home.parent) + os.sep]
+    portable = ["python"]
+    for part in command[1:]:
+        for prefix in prefixes:
+            part = part.replace(prefix, "")
+        portable.append(part)
+    return portable
 
 
 def resolve_package_path(value: str) -> str:
@@ -393,7 +399,7 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
         "signatures": {key.split("_", 1)[1]: value for key, value in metrics.items() if key.endswith("_signature")},
         "steps": state["global_step"],
         "loss_curve": [[entry["step"], entry["loss"]] for entry in state["log_history"] if "loss" in entry],
-        "command": portable_command(command_for(study, run)),
+        "command": portable_command(command_for(study, run), study),
     }
     path = result_path(study, run, sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -401,7 +407,60 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
     predictions = run_dir / TASKS[study.task]["predictions"]
     if predictions.is_file():
         shutil.copyfile(predictions, path.with_suffix(".test.txt"))
+    add_study_to_card(run_dir / "README.md", study_card_section(study, run, result, path))
     return result
+
+
+CARD_BEGIN, CARD_END = "<!-- hf_simple_attn study -->", "<!-- /hf_simple_attn study -->"
+
+
+def add_study_to_card(card: Path, section: str) -> None:
+    """Write (or replace) the model card's "Study" section, so the card of a study model carries its results."""
+    if not card.is_file():
+        return
+    text = card.read_text(encoding="utf-8")
+    if CARD_BEGIN in text:
+        text = text[: text.index(CARD_BEGIN)].rstrip() + "\n"
+    card.write_text(f"{text}\n{section}\n", encoding="utf-8")
+
+
+def study_card_section(study: Study, run: Run, result: dict, result_file: Path) -> str:
+    """Markdown of one run's place in its study, between markers so that a later collect replaces it."""
+    rows = [
+        ("study", f"`{study.name}`: {study.description}" if study.description else f"`{study.name}`"),
+        ("preset, seed", f"`{run.preset}`, {run.seed}"),
+        ("options", options_origin(study, run)),
+    ]
+    for split in ("validation", "test"):
+        rows.append((split, ", ".join(f"{name} {value:.2f}" for name, value in result[split].items()) or "-"))
+    rows += [
+        ("result file", f"`{os.path.relpath(result_file, study.home.parent)}`"),
+        ("code", ", ".join(f"`{commit}`" for commit in result["code"])),
+        ("command", f"`{' '.join(result['command'])}`"),
+    ]
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    return f"{CARD_BEGIN}\n## Study\n\n| | |\n|---|---|\n{table}\n{CARD_END}"
+
+
+def options_origin(study: Study, run: Run) -> str:
+    """Where the run's own options come from: its group's sweep (with the scores), the spec, or none."""
+    if not run.overrides:
+        return "the study's shared arguments"
+    chosen = ", ".join(f"{key} {value}" for key, value in run.overrides)
+    representative = study.representative_of(run.preset)
+    if representative is None:
+        return f"{chosen}, set for this preset in the study spec"
+    scores = []
+    for setting in study.sweep_settings:
+        swept = Run(representative, study.seeds_of(representative)[0], tuple(sorted(setting.items())))
+        swept_result = read_result(study, swept, sweep=True) or {}
+        score = swept_result.get("validation", {}).get(study.selection_metric)
+        label = ", ".join(f"{key} {value}" for key, value in swept.overrides)
+        scores.append(f"{label}: {'-' if score is None else f'{score:.2f}'}")
+    return (
+        f"{chosen}, chosen by validation {study.selection_metric} in the sweep of `{representative}` "
+        f"({'; '.join(scores)})"
+    )
 
 
 def train_seconds(metrics: dict, state: dict, from_step: int) -> float:

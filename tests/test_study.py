@@ -19,6 +19,7 @@ from hf_simple_attn.study import (
     evaluation_texts,
     load_study,
     main_runs,
+    options_origin,
     result_path,
     run_study,
     sweep_runs,
@@ -94,6 +95,10 @@ def test_the_sweep_chooses_on_validation_and_its_run_is_reused(tmp_path):
     assert chosen_setting(study, "hc-sa") == (("learning_rate", 5e-4),)
     names = [run.name for run in main_runs(study)]
     assert names == ["base--seed1", "hc-sa--lr0.0005--seed1", "hc-sa--lr0.0005--seed2", "sh-x--lr0.0005--seed1"]
+    assert options_origin(study, main_runs(study)[3]) == (
+        "learning_rate 0.0005, chosen by validation bleu in the sweep of `hc-sa` "
+        "(learning_rate 0.001: 3.00; learning_rate 0.0005: 4.00)"
+    )
     # The representative's main run is the sweep run itself (same folder, trained once).
     assert names[1] == sweep_runs(study)[1].name
     command = command_for(study, main_runs(study)[3])
@@ -111,6 +116,7 @@ def test_preset_arguments_give_a_preset_outside_the_sweep_its_own_options(tmp_pa
         command = command_for(study, run)
         learning_rates.append(command[command.index("--learning_rate") + 1])
     assert learning_rates == ["0.001", "0.002"]
+    assert options_origin(study, runs[1]) == "learning_rate 0.002, set for this preset in the study spec"
 
 
 def wait_for(condition, timeout: float) -> None:
@@ -163,6 +169,15 @@ def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_
     sources, references = evaluation_texts(study)
     assert len(predictions) == len(references) == len(sources) == 12
     assert result["test"]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(predictions, [references]).score, abs=1e-3)
+    assert result["command"][:2] == ["python", "training/run_translation.py"]
+    assert result["command"][result["command"].index("--output_dir") + 1] == f"{tmp_path.name}/runs/toy/base--seed1"
+
+    # The run's model card carries its study results (replaced, not repeated, when collected again).
+    card = (study.runs_dir / "base--seed1" / "README.md").read_text()
+    assert card.count("## Study") == 1 and "| study | `toy` |" in card
+    assert f"| test | bleu {result['test']['bleu']:.2f}, chrf {result['test']['chrf']:.2f} |" in card
+    assert "| options | the study's shared arguments |" in card
+    assert f"`{tmp_path.name}/results/toy/base--seed1.json`" in card
 
     # The outside baseline (here a system that copies the English source) is scored on the same split.
     baseline = json.loads((study.results_dir / "baselines" / "apertium.json").read_text())
