@@ -14,6 +14,8 @@ import os
 
 import torch
 
+from hf_simple_attn.sizes import SIZES
+
 import common
 
 
@@ -25,7 +27,7 @@ TARGET_CELL = ("opus-mt", 64, 1)
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=["opus-mt", "small"], choices=sorted(common.SIZES))
+    parser.add_argument("--sizes", nargs="+", default=["opus-mt", "small"], choices=common.BENCHMARK_SIZES)
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
                         help=f"presets, {common.MARIAN}, or preset{common.REFERENCE_SUFFIX} (fast paths off)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 64])
@@ -65,7 +67,7 @@ def decoder(model, batches: list[torch.Tensor], num_beams: int, new_tokens: int)
 
 def measure_cell(models: dict, size: str, batch_size: int, num_beams: int, args) -> dict:
     sentences = args.single_sentences if batch_size == 1 else batch_size
-    source = sources(common.SIZES[size]["vocab_size"], sentences, args.source_length)
+    source = sources(SIZES[size]["vocab_size"], sentences, args.source_length)
     batches = list(source.split(batch_size))
     runs = {name: decoder(model, batches, num_beams, args.new_tokens) for name, model in models.items()}
     names = list(models)

@@ -16,6 +16,8 @@ import os
 
 import torch
 
+from hf_simple_attn.sizes import SIZES
+
 import common
 
 
@@ -24,7 +26,7 @@ DEFAULT_MODELS = [common.BERT, "base", "hc-sa", "hc-sa-conv", "hc-sa-conv:refere
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="opus-mt", choices=sorted(common.SIZES),
+    parser.add_argument("--size", default="opus-mt", choices=common.BENCHMARK_SIZES,
                         help="encoder size: d_model, layers and heads of the seq2seq size of that name")
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
                         help=f"encoder presets, {common.BERT}, or preset{common.REFERENCE_SUFFIX} (fast paths off)")
@@ -53,7 +55,7 @@ def log_slope(lengths: list[int], values: list[float]) -> float | None:
 def main(argv=None):
     args = parse_args(argv)
     common.setup_threads(args.threads)
-    vocab_size = common.SIZES[args.size]["vocab_size"]
+    vocab_size = SIZES[args.size]["vocab_size"]
     common.progress(f"building {len(args.models)} encoders at size {args.size}")
     models = {name: common.build_encoder(name, args.size, max_positions=max(args.lengths)) for name in args.models}
     names = list(models)

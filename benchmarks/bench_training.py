@@ -22,6 +22,8 @@ import os
 
 import torch
 
+from hf_simple_attn.sizes import SIZES
+
 import common
 
 
@@ -32,7 +34,7 @@ TARGETS = {"sh-x": 1.26, "hc-sa": 1.17}
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=["opus-mt", "small"], choices=sorted(common.SIZES))
+    parser.add_argument("--sizes", nargs="+", default=["opus-mt", "small"], choices=common.BENCHMARK_SIZES)
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
                         help=f"presets, {common.MARIAN}, or preset{common.REFERENCE_SUFFIX} (fast paths off)")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per timed step")
@@ -100,7 +102,7 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
 
 
 def measure_size(size: str, args) -> dict:
-    vocab_size = common.SIZES[size]["vocab_size"]
+    vocab_size = SIZES[size]["vocab_size"]
     tokens_per_sentence = args.source_length + args.target_length
     common.progress(f"building {len(args.models)} models at size {size}")
     trainers = {

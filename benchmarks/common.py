@@ -20,18 +20,13 @@ from transformers import BertConfig, BertModel, MarianConfig, MarianMTModel
 
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
+from hf_simple_attn.sizes import bert_size, marian_size
 
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
-# d_model, layers per stack, heads, feed-forward width, vocabulary. `opus-mt` is the size of the
-# Helsinki-NLP opus-mt Marian models (74M parameters with the shared 58101-token vocabulary).
-SIZES = {
-    "opus-mt": dict(d_model=512, layers=6, heads=8, ffn_dim=2048, vocab_size=58101),
-    "opus-mt-vocab8k": dict(d_model=512, layers=6, heads=8, ffn_dim=2048, vocab_size=8000),
-    "small": dict(d_model=256, layers=3, heads=4, ffn_dim=1024, vocab_size=8000),
-    "tiny": dict(d_model=32, layers=2, heads=4, ffn_dim=64, vocab_size=100),
-}
+# The sizes the benchmarks run at (hf_simple_attn.sizes.SIZES: d_model, layers, heads, feed-forward, vocabulary).
+BENCHMARK_SIZES = ("opus-mt", "opus-mt-vocab8k", "small", "tiny")
 MARIAN = "MarianMTModel"  # transformers' own models, measured beside the presets
 BERT = "BertModel"
 REFERENCE_SUFFIX = ":reference"  # `hc-sa:reference`: the preset with its attention fast paths off
@@ -45,23 +40,7 @@ def split_model_name(name: str) -> tuple[str, bool]:
 
 
 def marian_kwargs(size: str, max_positions: int = 512) -> dict:
-    s = SIZES[size]
-    vocab = s["vocab_size"]
-    return dict(
-        vocab_size=vocab,
-        d_model=s["d_model"],
-        encoder_layers=s["layers"],
-        decoder_layers=s["layers"],
-        encoder_attention_heads=s["heads"],
-        decoder_attention_heads=s["heads"],
-        encoder_ffn_dim=s["ffn_dim"],
-        decoder_ffn_dim=s["ffn_dim"],
-        max_position_embeddings=max_positions,
-        pad_token_id=vocab - 1,
-        decoder_start_token_id=vocab - 1,
-        eos_token_id=0,
-        forced_eos_token_id=None,
-    )
+    return marian_size(size) | dict(max_position_embeddings=max_positions, eos_token_id=0, forced_eos_token_id=None)
 
 
 def build_seq2seq(name: str, size: str, max_positions: int = 512, seed: int = 0):
@@ -82,15 +61,7 @@ def build_encoder(name: str, size: str, max_positions: int, seed: int = 0):
     """transformers' BertModel (name `BertModel`) or our BERT-style encoder with preset `name`
     (`name:reference`: fast paths off), in eval mode; no pooler."""
     torch.manual_seed(seed)
-    s = SIZES[size]
-    kwargs = dict(
-        vocab_size=s["vocab_size"],
-        hidden_size=s["d_model"],
-        num_hidden_layers=s["layers"],
-        num_attention_heads=s["heads"],
-        intermediate_size=s["ffn_dim"],
-        max_position_embeddings=max_positions,
-    )
+    kwargs = bert_size(size) | dict(max_position_embeddings=max_positions)
     preset, reference = split_model_name(name)
     if preset == BERT:
         model = BertModel(BertConfig(**kwargs), add_pooling_layer=False)

@@ -11,25 +11,16 @@ import os
 import sys
 
 from .modeling.presets import PRESETS
+from .sizes import bert_size, marian_size
 
 
 # Exit status of a process stopped by SIGPIPE (128 + 13), as `yes | head -1` leaves it.
 BROKEN_PIPE_STATUS = 141
-SIZES = {
-    "opus-mt": dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
-                    decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, vocab_size=58101,
-                    pad_token_id=58100, decoder_start_token_id=58100),
-    "small": dict(d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
-                  decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, vocab_size=8000,
-                  pad_token_id=7999, decoder_start_token_id=7999),
+# The sizes `describe` offers per kind of model (hf_simple_attn.sizes), and their config fields.
+KIND_SIZES = {
+    "seq2seq": {name: marian_size(name) for name in ("opus-mt", "small")},
+    "encoder": {name: bert_size(name) for name in ("bert-base", "small")},
 }
-ENCODER_SIZES = {
-    "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                      vocab_size=30522),
-    "small": dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, intermediate_size=1024,
-                  vocab_size=8000),
-}
-KIND_SIZES = {"seq2seq": SIZES, "encoder": ENCODER_SIZES}
 DEFAULT_SIZES = {"seq2seq": "opus-mt", "encoder": "bert-base"}  # the papers' sizes
 
 
@@ -85,7 +76,7 @@ def main(argv=None) -> None:
         help="for a preset of both kinds (default: seq2seq if it has the preset, else encoder)",
     )
     show.add_argument(
-        "--size", choices=sorted({*SIZES, *ENCODER_SIZES}), default=None,
+        "--size", choices=sorted({name for sizes in KIND_SIZES.values() for name in sizes}), default=None,
         help="seq2seq: opus-mt (default), small; encoder: bert-base (default), small",
     )
     checkpoint = commands.add_parser(

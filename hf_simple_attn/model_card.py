@@ -236,17 +236,34 @@ def write_model_card(
     """
     if task not in TASKS:
         raise ValueError(f"task: expected one of {sorted(TASKS)}, got {task!r}")
-    task_card = TASKS[task]
-    config = model.config
     output_dir = Path(output_dir)
     model_id = model_id or output_dir.resolve().name
-    dataset_label = dataset_name or "unspecified data"
-    data_name, data_description, data_license = describe_data(dataset_name)
-
     parsed_metrics = parse_metrics(metrics)
+    card = ModelCard.from_template(
+        card_metadata(model.config, model_id, task, dataset_name, parsed_metrics, language, base_model, license),
+        template_str=card_template(),
+        model_name=model_id,
+        model_id=model_id,
+        base_model=base_model,
+        **task_and_data_fields(task, dataset_name, language),
+        **model_fields(model),
+        training_rows=[(key, format_value(value)) for key, value in (training_summary or {}).items()],
+        metric_rows=[(split, shown, f"{value:.4g}") for split, _, _, shown, value in parsed_metrics],
+    )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / "README.md"
+    card.save(path)
+    return path
+
+
+def card_metadata(config, model_id, task, dataset_name, parsed_metrics, language, base_model, license):
+    """The card's metadata: licence, languages, tags (the model type, the task, the attention families and
+    preset), the Hub dataset, and a `model-index` of the evaluation metrics (`parse_metrics`)."""
+    pipeline_tag = TASKS[task].pipeline_tag
+    dataset_label = dataset_name or "unspecified data"
     eval_results = [
         EvalResult(
-            task_type=task_card.pipeline_tag,
+            task_type=pipeline_tag,
             dataset_type=dataset_label,
             dataset_name=dataset_label,
             dataset_split=split,
@@ -258,62 +275,61 @@ def write_model_card(
         if metric_type is not None
     ]
     preset = config.attention_preset
-    kinds = attention_kinds(config)
-    card_data = ModelCardData(
+    return ModelCardData(
         model_name=model_id,
         language=language,
         license=license,
         library_name="transformers",
-        pipeline_tag=task_card.pipeline_tag,
+        pipeline_tag=pipeline_tag,
         base_model=base_model,
         datasets=[dataset_name] if dataset_name and HUB_DATASET_ID.match(dataset_name) else None,
-        tags=["hf_simple_attn", config.model_type, task, *kinds, *([preset] if preset else [])],
+        tags=["hf_simple_attn", config.model_type, task, *attention_kinds(config), *([preset] if preset else [])],
         metrics=sorted({result.metric_type for result in eval_results}) or None,
         eval_results=eval_results or None,
     )
 
+
+def task_and_data_fields(task: str, dataset_name: str | None, language: list[str] | None) -> dict:
+    """The template's fields on the task (its description and an example input) and the training data."""
+    task_card = TASKS[task]
+    data_name, data_description, data_license = describe_data(dataset_name)
+    languages = f" ({' → '.join(language)})" if language else ""
+    return dict(
+        task=task,
+        task_description=task_card.description + languages,
+        example_input=task_card.example_input,
+        data_description=data_description + languages + ".",
+        data_name=data_name,
+        data_license=data_license,
+    )
+
+
+def model_fields(model) -> dict:
+    """The template's fields on the model: preset, architecture, size, parameter counts, layout table, and the
+    attention families it uses with their limitations and papers."""
+    config = model.config
+    preset = config.attention_preset
     model_kind = "seq2seq" if hasattr(config, "decoder_layers") else "encoder"
     preset_info = get_preset(preset, model_kind) if preset else {}
-    num_parameters = sum(p.numel() for p in model.parameters())
-    num_attention_parameters = sum(
-        p.numel() for name, p in model.named_parameters() if ATTENTION_PARAMETER.search(name)
-    )
-    languages = " → ".join(language) if language else None
-
-    card = ModelCard.from_template(
-        card_data,
-        template_str=card_template(),
-        model_name=model_id,
-        model_id=model_id,
-        task=task,
-        task_description=task_card.description + (f" ({languages})" if languages else ""),
-        example_input=task_card.example_input,
+    kinds = attention_kinds(config)
+    attention_parameters = (p for name, p in model.named_parameters() if ATTENTION_PARAMETER.search(name))
+    return dict(
         preset_title=preset or "custom",
         preset_description=preset_info.get("description"),
         preset_source=preset_info.get("source"),
-        base_model=base_model,
         architecture=type(model).__name__,
         model_type=config.model_type,
         config_class=type(config).__name__,
-        num_parameters=f"{num_parameters:,}",
-        num_attention_parameters=f"{num_attention_parameters:,}",
+        num_parameters=f"{sum(p.numel() for p in model.parameters()):,}",
+        num_attention_parameters=f"{sum(p.numel() for p in attention_parameters):,}",
         size_summary=size_summary(config),
         length_ratio=round(config.length_ratio, 4) if hasattr(config, "length_ratio") else None,
         layout_table=layout_table(config),
-        data_description=data_description + (f" ({languages})" if languages else "") + ".",
-        data_name=data_name,
-        data_license=data_license,
         families=", ".join(kind.replace("_", "-") for kind in kinds),
         family_limitations=[FAMILY_LIMITATIONS[kind] for kind in kinds if kind in FAMILY_LIMITATIONS],
         max_positions=config.max_position_embeddings,
         citations=list(dict.fromkeys(CITATIONS[kind] for kind in kinds if kind in CITATIONS)),
-        training_rows=[(key, format_value(value)) for key, value in (training_summary or {}).items()],
-        metric_rows=[(split, shown, f"{value:.4g}") for split, _, _, shown, value in parsed_metrics],
     )
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / "README.md"
-    card.save(path)
-    return path
 
 
 __all__ = ["DEFAULT_LICENSE", "card_template", "parse_metrics", "write_model_card"]

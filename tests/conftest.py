@@ -32,12 +32,38 @@ TINY_MARIAN = dict(
     dropout=0.0,
 )
 
+TINY_BERT = dict(
+    vocab_size=50,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+
 WORDS = "the a cat dog sat on mat house is big small red blue green tree car runs fast slow and".split()
 
 
 @pytest.fixture
 def tiny_marian_kwargs():
     return dict(TINY_MARIAN)
+
+
+def make_model(preset: str | None = None, layout: dict | None = None, **overrides):
+    """A tiny SimpleAttnMarianMTModel in eval mode, seeded: of `preset`, or of `layout` when one is given.
+    `init_std` 0.3 makes the attention weights differ visibly, `length_ratio` 1.3 moves hard-coded cross centres
+    off the diagonal; `overrides` replace any config field."""
+    from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+
+    torch.manual_seed(0)
+    kwargs = {**TINY_MARIAN, "init_std": 0.3, "length_ratio": 1.3, **overrides}
+    if layout is None:
+        config = SimpleAttnMarianConfig.from_preset(preset, **kwargs)
+    else:
+        config = SimpleAttnMarianConfig(attention_layout=layout, **kwargs)
+    return SimpleAttnMarianMTModel(config).eval()
 
 
 def build_tokenizer():

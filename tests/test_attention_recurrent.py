@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 import hf_simple_attn.modeling.attention_recurrent  # noqa: F401  (registers the families)
-from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+from hf_simple_attn import SimpleAttnMarianConfig
 from hf_simple_attn.modeling.attention_recurrent import (
     RandomSynthesizerHeads,
     RecurrentAttentionState,
@@ -15,7 +15,7 @@ from hf_simple_attn.modeling.attention_recurrent import (
 )
 from hf_simple_attn.modeling.attention_registry import AttentionContext, LayoutError
 
-from conftest import TINY_MARIAN
+from conftest import TINY_MARIAN, make_model
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -37,12 +37,6 @@ LAYOUTS = {
 RAN_NO_DROPOUT = {"encoder_self": {**RAN, "attention_dropout": 0.0}, "decoder_self": {**RAN, "attention_dropout": 0.0}}
 SOURCES = [[5, 6, 7, 8, 9, 10, 0], [11, 12, 13, 0]]
 TARGETS = [[PAD, 14, 15, 16, 17, 18], [PAD, 19, 20, 21]]
-
-
-def make_model(layout, **overrides):
-    torch.manual_seed(0)
-    config = SimpleAttnMarianConfig(attention_layout=layout, **{**TINY_MARIAN, "init_std": 0.3, **overrides})
-    return SimpleAttnMarianMTModel(config).eval()
 
 
 def stack_state(model, site):
@@ -157,7 +151,7 @@ def test_synthesizer_softmax_over_allowed_keys_by_hand(tiny_marian_kwargs):
 
 
 def test_layers_attend_with_softmax_of_their_recurrent_logits():
-    model = make_model(LAYOUTS["ran-mixed"])
+    model = make_model(layout=LAYOUTS["ran-mixed"])
     source, target = torch.tensor([SOURCES[0]]), torch.tensor([TARGETS[0]])
     with torch.no_grad():
         out = model(input_ids=source, decoder_input_ids=target, output_attentions=True)
@@ -180,7 +174,7 @@ def test_layers_attend_with_softmax_of_their_recurrent_logits():
 
 @pytest.mark.parametrize("name", ["ran-all", "syn-r"])
 def test_weights_do_not_depend_on_the_tokens(name):
-    model = make_model(LAYOUTS[name])
+    model = make_model(layout=LAYOUTS[name])
     with torch.no_grad():
         first = model(input_ids=torch.tensor([[5, 6, 7, 0]]), decoder_input_ids=torch.tensor([[PAD, 8, 9]]),
                       output_attentions=True)
@@ -200,7 +194,7 @@ def count_calls(module):
 
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_decoding_computes_the_transition_once(num_beams):
-    model = make_model(LAYOUTS["ran-all"])
+    model = make_model(layout=LAYOUTS["ran-all"])
     encoder_calls = count_calls(stack_state(model, "encoder_self").transition)
     decoder_calls = count_calls(stack_state(model, "decoder_self").transition)
     source = torch.tensor([SOURCES[0]])
@@ -224,7 +218,7 @@ def test_decoding_computes_the_transition_once(num_beams):
 
 
 def test_training_builds_a_fresh_graph_every_step():
-    model = make_model(LAYOUTS["ran-all"]).train()
+    model = make_model(layout=LAYOUTS["ran-all"]).train()
     state = stack_state(model, "encoder_self")
     calls = count_calls(state.transition)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -246,7 +240,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         model(input_ids=source, labels=labels).loss.backward()
         return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
-    model = make_model(RAN_NO_DROPOUT).train()
+    model = make_model(layout=RAN_NO_DROPOUT).train()
     plain = gradients(model)
     for use_reentrant in (False, True):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
@@ -258,22 +252,22 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 def test_gradients_and_parameter_counts(tiny_marian_kwargs):
     d, h, layers = TINY_MARIAN["d_model"], 4, TINY_MARIAN["encoder_layers"] + TINY_MARIAN["decoder_layers"]
-    base = make_model({}).num_parameters()
+    base = make_model(layout={}).num_parameters()
     query_key = layers * 2 * (d * d + d)  # q_proj and k_proj of every self-attention sublayer
 
-    ran = make_model(LAYOUTS["ran-all"])
+    ran = make_model(layout=LAYOUTS["ran-all"])
     # per stack: h attention matrices and one linear layer (+ its LayerNorm): "RAN only needs h attention
     # matrices and a linear layer"
     per_stack = h * M * M + (M * M + M) + 2 * M
     assert ran.num_parameters() == base - query_key + 2 * per_stack
     # the Synthesizer needs h × L matrices
-    assert make_model(LAYOUTS["syn-r"]).num_parameters() == base - query_key + layers * h * M * M
+    assert make_model(layout=LAYOUTS["syn-r"]).num_parameters() == base - query_key + layers * h * M * M
     names = [name for name, _ in ran.named_parameters()]
     assert not any(("self_attn.q_proj" in name or "self_attn.k_proj" in name) for name in names)
     # one transition per stack, counted once, shared by all its layers
     assert sum("transition.linear.weight" in name for name in names) == 2
 
-    fixed = make_model({site: {**RAN, "freeze_initial": True} for site in ("encoder_self", "decoder_self")}).train()
+    fixed = make_model(layout={site: {**RAN, "freeze_initial": True} for site in ("encoder_self", "decoder_self")}).train()
     assert fixed.num_parameters() == base - query_key + 2 * (per_stack - h * M * M)
     fixed(input_ids=torch.tensor([SOURCES[0]]), labels=torch.tensor([[14, 15, 0]])).loss.backward()
     for site in ("encoder_self", "decoder_self"):
@@ -286,7 +280,7 @@ def test_gradients_and_parameter_counts(tiny_marian_kwargs):
 
 @pytest.mark.parametrize("name", ["ran-all", "syn-r"])
 def test_too_long_inputs_raise_a_clear_error(name):
-    model = make_model(LAYOUTS[name])
+    model = make_model(layout=LAYOUTS[name])
     with torch.no_grad():
         model(input_ids=torch.full((1, M), 5), decoder_input_ids=torch.full((1, M), 5))  # exactly M is fine
         with pytest.raises(ValueError, match=f"max_positions={M}"):
@@ -300,7 +294,7 @@ def test_too_long_inputs_raise_a_clear_error(name):
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_decoder_never_sees_later_tokens(name):
-    model = make_model(LAYOUTS[name])
+    model = make_model(layout=LAYOUTS[name])
     source, target = torch.tensor([SOURCES[0]]), torch.tensor([TARGETS[0]])
     changed = target.clone()
     changed[0, 3:] = torch.tensor([25, 26, 27])
@@ -313,7 +307,7 @@ def test_decoder_never_sees_later_tokens(name):
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_padded_batch_equals_each_example_alone(name):
-    model = make_model(LAYOUTS[name])
+    model = make_model(layout=LAYOUTS[name])
     source, source_mask = right_padded(SOURCES)
     target, target_mask = right_padded(TARGETS)
     with torch.no_grad():
@@ -326,7 +320,7 @@ def test_padded_batch_equals_each_example_alone(name):
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_cached_steps_equal_the_full_forward(name):
-    model = make_model(LAYOUTS[name])
+    model = make_model(layout=LAYOUTS[name])
     source, source_mask = right_padded(SOURCES)
     target = torch.tensor([TARGETS[0], TARGETS[1] + [22, 23]])
     with torch.no_grad():
@@ -343,7 +337,7 @@ def test_cached_steps_equal_the_full_forward(name):
 @pytest.mark.parametrize("name", list(LAYOUTS))
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_generate_with_cache_equals_without(name, num_beams):
-    model = make_model(LAYOUTS[name])
+    model = make_model(layout=LAYOUTS[name])
     source, source_mask = right_padded(SOURCES)
     kwargs = dict(input_ids=source, attention_mask=source_mask, max_new_tokens=8, num_beams=num_beams, do_sample=False)
     with torch.no_grad():
@@ -352,7 +346,7 @@ def test_generate_with_cache_equals_without(name, num_beams):
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_save_and_load_round_trip(name, tmp_path):
-    model = make_model(LAYOUTS[name])
+    model = make_model(layout=LAYOUTS[name])
     model.save_pretrained(tmp_path)
     reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert reloaded.config.attention_layout == model.config.attention_layout

@@ -19,10 +19,9 @@ from hf_simple_attn import (
     SimpleAttnMarianMTModel,
 )
 
-from conftest import TINY_MARIAN
+from conftest import TINY_BERT, TINY_MARIAN
 
 
-TINY_BERT = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
 SEQ2SEQ_AUTO_MAP = {
     "AutoConfig": "configuration_simple_attn.SimpleAttnMarianConfig",
     "AutoModel": "modeling_simple_attn_marian.SimpleAttnMarianModel",

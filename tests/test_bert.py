@@ -31,17 +31,9 @@ from hf_simple_attn import (
 )
 from hf_simple_attn.convert import convert_bert_checkpoint
 
+from conftest import TINY_BERT
 
-TINY_BERT = dict(
-    vocab_size=50,
-    hidden_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    intermediate_size=48,
-    max_position_embeddings=64,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
+
 BERT_WORDS = "the a cat dog sat on mat house is big small red blue green tree car runs fast slow and good bad".split()
 
 HC_LAYOUT = {"encoder_self": {"kind": "hard_coded", "offsets": [-1, 1]}}

@@ -13,17 +13,7 @@ from hf_simple_attn import (
 )
 from hf_simple_attn.convert import convert_bert_checkpoint, convert_marian_checkpoint
 
-
-TINY_BERT = dict(
-    vocab_size=50,
-    hidden_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    intermediate_size=48,
-    max_position_embeddings=64,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
+from conftest import TINY_BERT
 
 
 def query_key_names(prefix: str, layers, attention: str, projections=("q_proj", "k_proj")) -> set[str]:

@@ -13,17 +13,17 @@ from transformers import AutoModelForMaskedLM
 import hf_simple_attn
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForMaskedLM
 
+from conftest import TINY_BERT
+
 
 PRESETS = hf_simple_attn.list_presets("encoder")
-TINY_BERT = dict(vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
-                 max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                 initializer_range=0.3, pad_token_id=0)
 SENTENCES = [[2, 5, 6, 7, 8, 9, 10, 3], [2, 11, 12, 3]]
 
 
 def make_model(preset):
     torch.manual_seed(0)
-    return SimpleAttnBertForMaskedLM(SimpleAttnBertConfig.from_preset(preset, **TINY_BERT)).eval()
+    config = SimpleAttnBertConfig.from_preset(preset, **TINY_BERT, initializer_range=0.3, pad_token_id=0)
+    return SimpleAttnBertForMaskedLM(config).eval()
 
 
 def padded():

@@ -4,7 +4,7 @@ the reference paths that build and apply the full weight matrices."""
 import pytest
 import torch
 
-from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig
 from hf_simple_attn.modeling import attention_hard_coded
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_hard_coded import HardCodedGaussianHeads, gaussian_radius, shifted_sum
@@ -12,7 +12,7 @@ from hf_simple_attn.modeling.attention_local import LocalMaskHeads
 from hf_simple_attn.modeling.attention_registry import AttentionContext
 from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer
 
-from conftest import TINY_MARIAN
+from conftest import TINY_MARIAN, make_model
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -42,17 +42,6 @@ LAYOUTS = {
 }
 # Long enough for the shifted-sum path (4 × taps <= length): 11 encoder taps, 7 causal decoder taps at σ = 1.
 SOURCE_LENGTH, TARGET_LENGTH = 48, 30
-
-
-def make_model(name, **overrides):
-    torch.manual_seed(0)
-    kwargs = {**TINY_MARIAN, "init_std": 0.3, "length_ratio": 1.3, **overrides}
-    layout = LAYOUTS[name]
-    if layout is None:
-        config = SimpleAttnMarianConfig.from_preset(name, **kwargs)
-    else:
-        config = SimpleAttnMarianConfig(attention_layout=layout, **kwargs)
-    return SimpleAttnMarianMTModel(config).eval()
 
 
 def padded_batch(length, seed):
@@ -184,7 +173,7 @@ def test_renormalized_local_heads_banded_equals_reference(masks, sets, site, len
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_model_fast_paths_equal_reference(name):
-    model = make_model(name)
+    model = make_model(name, LAYOUTS[name])
     source, source_mask = padded_batch(SOURCE_LENGTH, seed=1)
     target, _ = padded_batch(TARGET_LENGTH, seed=2)
     target[:, 0] = PAD  # decoder start
@@ -218,7 +207,7 @@ def test_windowed_decoder_cache_keeps_only_the_window(name, kept):
     """Hard-coded decoder self attention reads the last `kept` earlier positions only (σ = 1: radius 5
     around offset -1 gives 6; window 3 gives 2; indexing at -1 gives 1), so the cache drops the rest
     but still counts every position; beam search reorders the window."""
-    model = make_model(name)
+    model = make_model(name, LAYOUTS[name])
     source, source_mask = padded_batch(12, seed=3)
     kwargs = dict(input_ids=source, attention_mask=source_mask, max_new_tokens=15, min_new_tokens=15, do_sample=False,
                   return_dict_in_generate=True)
@@ -262,7 +251,7 @@ def test_cross_cache_skips_the_beam_reorder_but_reorders_states():
 
 
 def test_output_attentions_use_the_reference_path_and_the_same_outputs():
-    model = make_model("hc-sa")
+    model = make_model("hc-sa", LAYOUTS["hc-sa"])
     source, source_mask = padded_batch(SOURCE_LENGTH, seed=4)
     target, _ = padded_batch(8, seed=5)
     with torch.no_grad():
@@ -275,7 +264,7 @@ def test_output_attentions_use_the_reference_path_and_the_same_outputs():
 
 @pytest.mark.parametrize("name", ["hc-sa", "ran-all", "syn-r"])
 def test_tables_memoised_in_inference_mode_do_not_reach_training(name):
-    model = make_model(name)
+    model = make_model(name, LAYOUTS[name])
     source, source_mask = padded_batch(SOURCE_LENGTH, seed=6)
     labels, _ = padded_batch(TARGET_LENGTH, seed=7)
     no_padding = torch.ones_like(source_mask)
@@ -288,7 +277,7 @@ def test_tables_memoised_in_inference_mode_do_not_reach_training(name):
 
 @pytest.mark.parametrize("name", ["ran-all", "syn-r"])
 def test_memoised_position_weights_follow_parameter_updates(name):
-    model = make_model(name)
+    model = make_model(name, LAYOUTS[name])
     source, _ = padded_batch(16, seed=8)
     no_padding = torch.ones_like(source)
     target = source[:, :10]

@@ -7,10 +7,9 @@ import torch
 
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 
-from conftest import TINY_MARIAN
+from conftest import TINY_BERT, TINY_MARIAN
 
 
-TINY_BERT = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
 IDS = torch.arange(2, 29).reshape(3, 9)  # (3, 9)
 ONES = torch.ones(3, 9, dtype=torch.long)
 

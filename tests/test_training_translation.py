@@ -18,15 +18,9 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, MarianConfig, MarianMTModel, pipeline
 
 import hf_simple_attn
+from hf_simple_attn.model_setup import build_seq2seq_model, compute_length_ratio
 from hf_simple_attn.tokenization import train_bert_tokenizer, train_tokenizer
-from hf_simple_attn.training_args import (
-    AttentionArguments,
-    ModelArguments,
-    ModelSizeArguments,
-    build_seq2seq_model,
-    compute_length_ratio,
-    parse_attention_layout,
-)
+from hf_simple_attn.training_args import AttentionArguments, ModelArguments, ModelSizeArguments, parse_attention_layout
 
 from conftest import HUB_TOKEN, assert_hub_token_kept_out
 

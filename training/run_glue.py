@@ -33,7 +33,6 @@ import datasets
 import numpy as np
 from datasets import ClassLabel, DatasetDict, load_dataset
 from transformers import (
-    AutoTokenizer,
     DataCollatorWithPadding,
     EvalPrediction,
     TrainingArguments,
@@ -52,18 +51,24 @@ from hf_simple_attn.data import (
     data_files_by_split,
     load_data_files,
 )
-from hf_simple_attn.hub import prepare_push, publish_checkpoint
+from hf_simple_attn.data.files import reference_file
+from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.metrics import load_metric
+from hf_simple_attn.model_setup import (
+    build_encoder_model,
+    check_trained_from_scratch,
+    load_pretrained_tokenizer,
+    resumed_tokenizer,
+)
 from hf_simple_attn.sampling import LengthGroupedTrainer
 from hf_simple_attn.tokenization import train_bert_tokenizer
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
-    build_encoder_model,
     checkpoint_to_resume,
-    load_pretrained_tokenizer,
     parse_script_arguments,
+    prepare_hub_push,
     setup_logging,
     show_progress,
 )
@@ -164,7 +169,9 @@ class DataTrainingArguments:
         if self.task_name is not None:
             self.task_name = self.task_name.lower()
             if self.task_name not in task_to_keys:
-                raise ValueError(f"--task_name: unknown GLUE task {self.task_name!r}; pick one of {list(task_to_keys)}")
+                raise ValueError(
+                    f"--task_name: unknown GLUE task {self.task_name!r}; pick one of {list(task_to_keys)}"
+                )
         elif self.dataset_name is None and (self.train_file is None or self.validation_file is None):
             raise ValueError("Need a GLUE --task_name, a --dataset_name, or --train_file and --validation_file.")
         elif self.dataset_name is None:
@@ -185,9 +192,10 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
         raise ValueError("--do_predict needs a GLUE task, a dataset with a test split or a --test_file")
     test_file = data_args.test_file if do_predict else None
     data_files = data_files_by_split(data_args.train_file, data_args.validation_file, test_file)
-    columns = data_file_columns(data_args.train_file)
+    reference = reference_file(data_files)
+    columns = data_file_columns(reference)
     if "label" not in columns:
-        raise DataFileError(f"{data_args.train_file}: the data needs a 'label' column; columns: {', '.join(columns)}")
+        raise DataFileError(f"{reference}: the data needs a 'label' column; columns: {', '.join(columns)}")
     text_fields = [key for key in sentence_keys(None, columns) if key is not None]
     return load_data_files(data_files, text_fields, label_field="label", cache_dir=model_args.cache_dir)
 
@@ -279,9 +287,9 @@ def dataset_description(data_args: DataTrainingArguments) -> str:
     return "local files: " + ", ".join(Path(path).name for path in (data_args.train_file, data_args.validation_file))
 
 
-def training_summary(trainer, data_args, model_args, tokenizer, label_list, max_seq_length: int) -> dict:
+def training_summary(trainer, data_args, model_args, label_list, max_seq_length: int) -> dict:
     """The settings and counts shown in the model card's Training table."""
-    args = trainer.args
+    args, tokenizer = trainer.args, trainer.processing_class
     return {
         "dataset configuration": data_args.task_name or data_args.dataset_config_name or "-",
         "training examples": len(trainer.train_dataset),
@@ -305,72 +313,23 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     # The Hub token stays in this variable: training_args is saved with the model and every checkpoint.
     hub_token, training_args.hub_token = training_args.hub_token, None
-
     setup_logging(logger, training_args)
     logger.info("Training/evaluation parameters %s", training_args)
-
-    # Trainer would create the Hub repository at start-up; the finished folder is pushed at the end instead.
-    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
-    if push_to_hub:  # before any training: a repository that cannot be created stops the script now
-        training_args.hub_model_id = prepare_push(
-            training_args.output_dir, training_args.hub_model_id, token=hub_token, private=training_args.hub_private_repo
-        )
-
+    push_to_hub = prepare_hub_push(training_args, hub_token)
     # An interrupted run in output_dir is resumed (with the tokenizer it saved).
     checkpoint = checkpoint_to_resume(training_args)
-
     set_seed(training_args.seed)
 
     raw_datasets = load_raw_datasets(data_args, model_args, training_args.do_predict)
     reference_split = raw_datasets["train"] if "train" in raw_datasets else next(iter(raw_datasets.values()))
-
-    # Labels
-    if "label" not in reference_split.column_names:
-        raise ValueError(f"the data needs a 'label' column; columns: {', '.join(reference_split.column_names)}")
-    label_feature = reference_split.features["label"]
-    is_regression = data_args.task_name == "stsb" or (
-        not isinstance(label_feature, ClassLabel) and label_feature.dtype in ("float32", "float64")
-    )
-    label_to_id = None
-    if is_regression:
-        label_list, num_labels = None, 1
-    elif isinstance(label_feature, ClassLabel):
-        label_list = label_feature.names
-        num_labels = len(label_list)
-    else:
-        label_list = sorted(label for label in reference_split.unique("label") if label is not None and label != -1)
-        num_labels = len(label_list)
-        label_to_id = {label: index for index, label in enumerate(label_list)}
-    label_overrides = {"num_labels": num_labels, "finetuning_task": data_args.task_name or data_args.dataset_name}
-    if is_regression:
-        label_overrides["problem_type"] = "regression"
-    else:
-        label_overrides["id2label"] = {index: str(label) for index, label in enumerate(label_list)}
-        label_overrides["label2id"] = {str(label): index for index, label in enumerate(label_list)}
-
-    sentence1_key, sentence2_key = sentence_keys(data_args.task_name, reference_split.column_names)
-
-    # Tokenizer and model
-    from_scratch = model_args.model_name_or_path is None
-    if from_scratch and not training_args.do_train:
-        raise ValueError("Without --model_name_or_path the model is trained from scratch: pass --do_train.")
+    label_list, label_to_id = read_labels(reference_split, data_args.task_name)
+    keys = sentence_keys(data_args.task_name, reference_split.column_names)
+    check_trained_from_scratch(model_args, training_args.do_train)
     if training_args.do_train and "train" not in raw_datasets:
         raise ValueError("--do_train requires a train dataset")
-    if from_scratch and model_args.tokenizer_name is None and checkpoint is not None:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    elif from_scratch and model_args.tokenizer_name is None:
-        training_split = raw_datasets["train"]
-        if data_args.max_train_samples is not None:
-            training_split = training_split.select(range(min(len(training_split), data_args.max_train_samples)))
-        tokenizer = train_bert_tokenizer(
-            training_texts(training_split, (sentence1_key, sentence2_key)),
-            vocab_size=size_args.vocab_size,
-            model_max_length=min(data_args.max_seq_length, size_args.max_position_embeddings),
-            show_progress=show_progress(training_args),
-        )
-        logger.info("trained a WordPiece tokenizer of %d entries on the training data", len(tokenizer))
-    else:
-        tokenizer = load_pretrained_tokenizer(model_args)
+    tokenizer = build_tokenizer(
+        model_args, size_args, data_args, raw_datasets, keys, checkpoint, show_progress(training_args)
+    )
     model = build_encoder_model(
         model_args,
         attention_args,
@@ -378,13 +337,91 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         tokenizer,
         model_class=SimpleAttnBertForSequenceClassification,
         ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
-        **label_overrides,
+        **label_config(data_args, label_list),
     )
+    max_seq_length = usable_max_seq_length(data_args, tokenizer, model)
+    tokenized = preprocess(raw_datasets, tokenizer, data_args, training_args, keys, label_to_id, max_seq_length)
+    splits = select_splits(tokenized, data_args, training_args)
+    trainer = make_trainer(model, tokenizer, training_args, data_args, splits, label_list)
+
+    all_metrics = {}
+    if training_args.do_train:
+        all_metrics.update(train(trainer, checkpoint))
+    if training_args.do_eval:
+        all_metrics.update(evaluate(trainer, tokenized, data_args))
+    if training_args.do_predict:
+        all_metrics.update(predict(trainer, tokenized, splits["test"], data_args, label_list))
+    if training_args.do_train and trainer.is_world_process_zero():
+        summary = training_summary(trainer, data_args, model_args, label_list, max_seq_length)
+        publish(trainer, model_args, data_args, summary, all_metrics, push_to_hub, hub_token)
+    return all_metrics
+
+
+def read_labels(reference_split: datasets.Dataset, task_name: str | None) -> tuple[list | None, dict | None]:
+    """(label_list, label_to_id) of the data: label_list None for a regression (stsb, float labels); label_to_id
+    maps the labels of data without class ids (local files) to ids, else None."""
+    if "label" not in reference_split.column_names:
+        raise ValueError(f"the data needs a 'label' column; columns: {', '.join(reference_split.column_names)}")
+    label_feature = reference_split.features["label"]
+    is_regression = task_name == "stsb" or (
+        not isinstance(label_feature, ClassLabel) and label_feature.dtype in ("float32", "float64")
+    )
+    if is_regression:
+        return None, None
+    if isinstance(label_feature, ClassLabel):
+        return label_feature.names, None
+    label_list = sorted(label for label in reference_split.unique("label") if label is not None and label != -1)
+    return label_list, {label: index for index, label in enumerate(label_list)}
+
+
+def label_config(data_args: DataTrainingArguments, label_list: list | None) -> dict:
+    """The config fields of the classification head: the number of labels and their names, or a regression."""
+    overrides = {
+        "num_labels": 1 if label_list is None else len(label_list),
+        "finetuning_task": data_args.task_name or data_args.dataset_name,
+    }
+    if label_list is None:
+        overrides["problem_type"] = "regression"
+    else:
+        overrides["id2label"] = {index: str(label) for index, label in enumerate(label_list)}
+        overrides["label2id"] = {str(label): index for index, label in enumerate(label_list)}
+    return overrides
+
+
+def build_tokenizer(model_args, size_args, data_args, raw_datasets, keys: tuple, checkpoint, progress: bool):
+    """The pretrained tokenizer, the one saved with the checkpoint a from-scratch run resumes, or a WordPiece
+    vocabulary trained on the training texts."""
+    tokenizer = resumed_tokenizer(model_args, checkpoint)
+    if tokenizer is not None:
+        return tokenizer
+    if model_args.model_name_or_path is not None or model_args.tokenizer_name is not None:
+        return load_pretrained_tokenizer(model_args)
+    training_split = raw_datasets["train"]
+    if data_args.max_train_samples is not None:
+        training_split = training_split.select(range(min(len(training_split), data_args.max_train_samples)))
+    tokenizer = train_bert_tokenizer(
+        training_texts(training_split, keys),
+        vocab_size=size_args.vocab_size,
+        model_max_length=min(data_args.max_seq_length, size_args.max_position_embeddings),
+        show_progress=progress,
+    )
+    logger.info("trained a WordPiece tokenizer of %d entries on the training data", len(tokenizer))
+    return tokenizer
+
+
+def usable_max_seq_length(data_args: DataTrainingArguments, tokenizer, model) -> int:
+    """--max_seq_length, cut to what the tokenizer and the model accept."""
     max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length, model.config.max_position_embeddings)
     if max_seq_length < data_args.max_seq_length:
         logger.warning(
             "--max_seq_length %d is longer than the model accepts; using %d", data_args.max_seq_length, max_seq_length
         )
+    return max_seq_length
+
+
+def preprocess(raw_datasets, tokenizer, data_args, training_args, keys, label_to_id: dict | None, max_seq_length):
+    """Every split tokenized (one sentence or a pair), labels of data without class ids turned into ids."""
+    sentence1_key, sentence2_key = keys
     padding = "max_length" if data_args.pad_to_max_length else False
 
     def preprocess_function(examples):
@@ -397,115 +434,137 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return result
 
     with training_args.main_process_first(desc="dataset map pre-processing"):
-        raw_datasets = raw_datasets.map(
+        return raw_datasets.map(
             preprocess_function,
             batched=True,
             load_from_cache_file=not data_args.overwrite_cache,
             desc="Running tokenizer on dataset",
         )
 
-    def select(split_name: str, max_samples: int | None) -> datasets.Dataset:
-        split = raw_datasets[split_name]
-        return split.select(range(min(len(split), max_samples))) if max_samples is not None else split
 
+def select(tokenized: DatasetDict, split_name: str, max_samples: int | None) -> datasets.Dataset:
+    split = tokenized[split_name]
+    return split.select(range(min(len(split), max_samples))) if max_samples is not None else split
+
+
+def select_splits(tokenized: DatasetDict, data_args: DataTrainingArguments, training_args) -> dict:
+    """The train, validation and test splits the run uses (None for one not used; MNLI: the matched ones), up to
+    --max_*_samples."""
     mnli = data_args.task_name == "mnli"
+    splits = dict.fromkeys(("train", "validation", "test"))
     if training_args.do_train:
-        train_dataset = select("train", data_args.max_train_samples)
+        splits["train"] = select(tokenized, "train", data_args.max_train_samples)
     if training_args.do_eval:
         eval_split = "validation_matched" if mnli else "validation"
-        if eval_split not in raw_datasets:
+        if eval_split not in tokenized:
             raise ValueError("--do_eval requires a validation dataset")
-        eval_dataset = select(eval_split, data_args.max_eval_samples)
+        splits["validation"] = select(tokenized, eval_split, data_args.max_eval_samples)
     if training_args.do_predict:
         predict_split = "test_matched" if mnli else "test"
-        if predict_split not in raw_datasets:
+        if predict_split not in tokenized:
             raise ValueError("--do_predict requires a test dataset")
-        predict_dataset = select(predict_split, data_args.max_predict_samples)
+        splits["test"] = select(tokenized, predict_split, data_args.max_predict_samples)
+    return splits
 
+
+def make_trainer(model, tokenizer, training_args, data_args: DataTrainingArguments, splits: dict, label_list):
+    """The Trainer of the run, with the metrics of the task (`build_compute_metrics`)."""
     if data_args.pad_to_max_length:
         data_collator = default_data_collator
     else:
         data_collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if training_args.fp16 else None)
-
-    trainer = LengthGroupedTrainer(
+    is_regression = label_list is None
+    num_labels = 1 if is_regression else len(label_list)
+    return LengthGroupedTrainer(
         model=model,
         args=training_args,
-        train_dataset=train_dataset if training_args.do_train else None,
-        eval_dataset=eval_dataset if training_args.do_eval else None,
+        train_dataset=splits["train"],
+        eval_dataset=splits["validation"],
         compute_metrics=build_compute_metrics(data_args.task_name, is_regression, num_labels),
         processing_class=tokenizer,
         data_collator=data_collator,
     )
+
+
+def train(trainer, checkpoint: str | None) -> dict:
+    """Train (resuming `checkpoint`), save the model and the train metrics and state."""
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    metrics = train_result.metrics
+    metrics["train_samples"] = len(trainer.train_dataset)
+    trainer.save_model()  # the tokenizer too
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
+def evaluate(trainer, tokenized: DatasetDict, data_args: DataTrainingArguments) -> dict:
+    """Scores of the validation split (MNLI: matched and, with the suffix `_mm`, mismatched)."""
+    logger.info("*** Evaluate ***")
+    evaluations = [(trainer.eval_dataset, "")]
+    if data_args.task_name == "mnli":
+        evaluations.append((select(tokenized, "validation_mismatched", data_args.max_eval_samples), "_mm"))
+    eval_metrics = {}
+    for dataset, suffix in evaluations:
+        metrics = trainer.evaluate(eval_dataset=dataset)
+        metrics["eval_samples"] = len(dataset)
+        eval_metrics.update({key + suffix: value for key, value in metrics.items()})
+    trainer.log_metrics("eval", eval_metrics)
+    trainer.save_metrics("eval", eval_metrics)
+    return eval_metrics
+
+
+def predict(trainer, tokenized: DatasetDict, test_dataset, data_args: DataTrainingArguments, label_list) -> dict:
+    """Predicted labels of the test split (MNLI: matched and mismatched) written as names, in
+    predict_results[_<task>].txt; scored too when the test split has labels."""
+    logger.info("*** Predict ***")
+    predictions_runs = [(test_dataset, data_args.task_name or "")]
+    if data_args.task_name == "mnli":
+        predictions_runs.append((select(tokenized, "test_mismatched", data_args.max_predict_samples), "mnli-mm"))
     all_metrics = {}
-
-    # Training
-    if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.save_model()  # the tokenizer too
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-        all_metrics.update(metrics)
-
-    # Evaluation (MNLI: matched and mismatched)
-    if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        evaluations = [(eval_dataset, "")]
-        if mnli:
-            evaluations.append((select("validation_mismatched", data_args.max_eval_samples), "_mm"))
-        eval_metrics = {}
-        for dataset, suffix in evaluations:
-            metrics = trainer.evaluate(eval_dataset=dataset)
-            metrics["eval_samples"] = len(dataset)
-            eval_metrics.update({key + suffix: value for key, value in metrics.items()})
-        trainer.log_metrics("eval", eval_metrics)
-        trainer.save_metrics("eval", eval_metrics)
-        all_metrics.update(eval_metrics)
-
-    # Prediction: labels written as names; scored too when the test split has labels
-    if training_args.do_predict:
-        logger.info("*** Predict ***")
-        predictions_runs = [(predict_dataset, data_args.task_name or "")]
-        if mnli:
-            predictions_runs.append((select("test_mismatched", data_args.max_predict_samples), "mnli-mm"))
-        for dataset, task in predictions_runs:
-            labelled = "label" in dataset.column_names and all(label != -1 for label in dataset["label"])
-            if not labelled and "label" in dataset.column_names:
-                dataset = dataset.remove_columns("label")
-            output = trainer.predict(dataset, metric_key_prefix="predict")
-            if labelled:
-                trainer.log_metrics("predict", output.metrics)
-                trainer.save_metrics("predict", output.metrics)
-                all_metrics.update(output.metrics)
-            logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
-            predictions = np.squeeze(logits, axis=-1) if is_regression else np.argmax(logits, axis=-1)
-            suffix = f"_{task}" if task else ""
-            output_predict_file = os.path.join(training_args.output_dir, f"predict_results{suffix}.txt")
-            if trainer.is_world_process_zero():
-                with open(output_predict_file, "w", encoding="utf-8") as writer:
-                    writer.write("index\tprediction\n")
-                    for index, item in enumerate(predictions):
-                        writer.write(f"{index}\t{item:3.3f}\n" if is_regression else f"{index}\t{label_list[item]}\n")
-
-    # Model card of the trained checkpoint, then one upload of the finished folder
-    if training_args.do_train and trainer.is_world_process_zero():
-        publish_checkpoint(
-            training_args.output_dir,
-            trainer.model,
-            task="text-classification",
-            dataset_name=dataset_description(data_args),
-            metrics=all_metrics,
-            language=["en"],
-            base_model=model_args.model_name_or_path,
-            training_summary=training_summary(trainer, data_args, model_args, tokenizer, label_list, max_seq_length),
-            push_to_hub=push_to_hub,
-            hub_model_id=training_args.hub_model_id,
-            hub_token=hub_token,
-            hub_private_repo=training_args.hub_private_repo,
-        )
+    for dataset, task in predictions_runs:
+        labelled = "label" in dataset.column_names and all(label != -1 for label in dataset["label"])
+        if not labelled and "label" in dataset.column_names:
+            dataset = dataset.remove_columns("label")
+        output = trainer.predict(dataset, metric_key_prefix="predict")
+        if labelled:
+            trainer.log_metrics("predict", output.metrics)
+            trainer.save_metrics("predict", output.metrics)
+            all_metrics.update(output.metrics)
+        if trainer.is_world_process_zero():
+            write_predictions(trainer.args.output_dir, output.predictions, task, label_list)
     return all_metrics
+
+
+def write_predictions(output_dir: str, predictions, task: str, label_list: list | None) -> None:
+    """`index<TAB>prediction` lines: label names, or values of a regression."""
+    logits = predictions[0] if isinstance(predictions, tuple) else predictions
+    is_regression = label_list is None
+    predicted = np.squeeze(logits, axis=-1) if is_regression else np.argmax(logits, axis=-1)
+    suffix = f"_{task}" if task else ""
+    with open(os.path.join(output_dir, f"predict_results{suffix}.txt"), "w", encoding="utf-8") as writer:
+        writer.write("index\tprediction\n")
+        for index, item in enumerate(predicted):
+            writer.write(f"{index}\t{item:3.3f}\n" if is_regression else f"{index}\t{label_list[item]}\n")
+
+
+def publish(trainer, model_args, data_args, summary: dict, metrics: dict, push_to_hub: bool, hub_token) -> None:
+    """The model card of the trained checkpoint, then (--push_to_hub) one upload of the finished folder."""
+    args = trainer.args
+    publish_checkpoint(
+        args.output_dir,
+        trainer.model,
+        task="text-classification",
+        dataset_name=dataset_description(data_args),
+        metrics=metrics,
+        language=["en"],
+        base_model=model_args.model_name_or_path,
+        training_summary=summary,
+        push_to_hub=push_to_hub,
+        hub_model_id=args.hub_model_id,
+        hub_token=hub_token,
+        hub_private_repo=args.hub_private_repo,
+    )
 
 
 if __name__ == "__main__":

@@ -33,31 +33,31 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import datasets
 import numpy as np
 from datasets import DatasetDict, load_dataset
-from transformers import (
-    AutoTokenizer,
-    DataCollatorForSeq2Seq,
-    Seq2SeqTrainingArguments,
-    set_seed,
-)
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, set_seed
 
 from hf_simple_attn import SimpleAttnMarianConfig
 from hf_simple_attn.data import build_debian_summarization, data_file_columns, data_files_by_split, load_data_files
-from hf_simple_attn.hub import prepare_push, publish_checkpoint
+from hf_simple_attn.data.files import reference_file
+from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.metrics import load_metric
+from hf_simple_attn.model_setup import (
+    build_seq2seq_model,
+    check_trained_from_scratch,
+    compute_length_ratio,
+    load_config,
+    load_or_train_tokenizer,
+    resumed_tokenizer,
+)
 from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
-    build_seq2seq_model,
     checkpoint_to_resume,
-    compute_length_ratio,
-    load_config,
-    load_or_train_tokenizer,
     parse_script_arguments,
+    prepare_hub_push,
     setup_logging,
     show_progress,
 )
@@ -183,7 +183,7 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
             token=model_args.token,
         )
     data_files = data_files_by_split(data_args.train_file, data_args.validation_file, data_args.test_file)
-    columns = data_file_columns(data_files.get("train", next(iter(data_files.values()))))
+    columns = data_file_columns(reference_file(data_files))
     return load_data_files(data_files, text_and_summary_columns(data_args, columns), cache_dir=model_args.cache_dir)
 
 
@@ -221,9 +221,9 @@ def dataset_description(data_args: DataTrainingArguments) -> str:
     return "local files: " + ", ".join(Path(path).name for path in files if path)
 
 
-def training_summary(trainer, data_args, model_args, attention_args, tokenizer, generation_kwargs: dict) -> dict:
+def training_summary(trainer, data_args, model_args, attention_args, generation_kwargs: dict) -> dict:
     """The settings and counts shown in the model card's Training table."""
-    args = trainer.args
+    args, tokenizer = trainer.args, trainer.processing_class
     return {
         "dataset configuration": data_args.dataset_config_name or "-",
         "training examples": len(trainer.train_dataset),
@@ -250,55 +250,82 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     # The Hub token stays in this variable: training_args is saved with the model and every checkpoint.
     hub_token, training_args.hub_token = training_args.hub_token, None
-
     setup_logging(logger, training_args)
     logger.info("Training/evaluation parameters %s", training_args)
-
-    # Trainer would create the Hub repository at start-up; the finished folder is pushed at the end instead.
-    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
-    if push_to_hub:  # before any training: a repository that cannot be created stops the script now
-        training_args.hub_model_id = prepare_push(
-            training_args.output_dir, training_args.hub_model_id, token=hub_token, private=training_args.hub_private_repo
-        )
-
+    push_to_hub = prepare_hub_push(training_args, hub_token)
     # An interrupted run in output_dir is resumed (with the tokenizer it saved).
     checkpoint = checkpoint_to_resume(training_args)
-
     set_seed(training_args.seed)
 
     raw_datasets = load_raw_datasets(data_args, model_args)
     reference_split = raw_datasets["train"] if "train" in raw_datasets else next(iter(raw_datasets.values()))
     column_names = reference_split.column_names
-    text_column, summary_column = text_and_summary_columns(data_args, column_names)
-    prefix = data_args.source_prefix or ""
+    columns = text_and_summary_columns(data_args, column_names)
+    raw_splits = select_splits(raw_datasets, data_args, training_args)
+    check_trained_from_scratch(model_args, training_args.do_train)
+    tokenizer = build_tokenizer(
+        model_args, size_args, data_args, raw_splits["train"], columns, checkpoint, show_progress(training_args)
+    )
+    language = set_language(tokenizer, data_args)
+    model = build_model(model_args, attention_args, size_args, data_args, tokenizer, raw_splits["train"], columns)
+    lengths = sequence_lengths(data_args, model)
+    tokenized = preprocess(raw_splits, tokenizer, data_args, training_args, columns, column_names, lengths)
+    set_generation_config(model, data_args, training_args, lengths[2])
+    trainer = make_trainer(model, tokenizer, training_args, data_args, tokenized)
 
-    def select(split_name: str, option: str, max_samples: int | None) -> datasets.Dataset:
+    all_metrics = {}
+    if training_args.do_train:
+        all_metrics.update(train(trainer, checkpoint))
+    # What evaluate and predict generate with: the generation config the checkpoint is saved with.
+    generation_config = model.generation_config
+    generation_kwargs = {"max_length": generation_config.max_length, "num_beams": generation_config.num_beams}
+    if training_args.do_eval:
+        all_metrics.update(evaluate(trainer, generation_kwargs))
+    if training_args.do_predict:
+        all_metrics.update(predict(trainer, tokenized["test"], generation_kwargs))
+    if training_args.do_train and trainer.is_world_process_zero():
+        summary = training_summary(trainer, data_args, model_args, attention_args, generation_kwargs)
+        publish(trainer, model_args, data_args, language, summary, all_metrics, push_to_hub, hub_token)
+    return all_metrics
+
+
+def select_splits(raw_datasets: DatasetDict, data_args: DataTrainingArguments, training_args) -> dict:
+    """The raw splits the run uses (train, validation, test; None for one not used), up to --max_*_samples."""
+    wanted = {
+        "train": (training_args.do_train, "--do_train", data_args.max_train_samples),
+        "validation": (training_args.do_eval, "--do_eval", data_args.max_eval_samples),
+        "test": (training_args.do_predict, "--do_predict", data_args.max_predict_samples),
+    }
+    splits = {}
+    for split_name, (used, option, max_samples) in wanted.items():
+        if not used:
+            splits[split_name] = None
+            continue
         if split_name not in raw_datasets:
             raise ValueError(f"{option} requires a {split_name} dataset")
         split = raw_datasets[split_name]
-        return split.select(range(min(len(split), max_samples))) if max_samples is not None else split
+        splits[split_name] = split.select(range(min(len(split), max_samples))) if max_samples is not None else split
+    return splits
 
-    raw_train = select("train", "--do_train", data_args.max_train_samples) if training_args.do_train else None
-    raw_eval = select("validation", "--do_eval", data_args.max_eval_samples) if training_args.do_eval else None
-    raw_predict = select("test", "--do_predict", data_args.max_predict_samples) if training_args.do_predict else None
 
-    # Tokenizer and model
-    def tokenizer_training_texts():
-        return (text for column in (text_column, summary_column) for text in raw_train[column] if text)
+def build_tokenizer(model_args, size_args, data_args, raw_train, columns: tuple[str, str], checkpoint, progress):
+    """The pretrained tokenizer, the one saved with the checkpoint a from-scratch run resumes, or one trained on
+    the training texts and summaries (`columns`: the text and summary columns)."""
+    tokenizer = resumed_tokenizer(model_args, checkpoint)
+    if tokenizer is not None:
+        return tokenizer
+    return load_or_train_tokenizer(
+        model_args,
+        size_args,
+        lambda: (text for column in columns for text in raw_train[column] if text),
+        model_max_length=max(data_args.max_source_length, data_args.val_max_target_length),
+        show_progress=progress,
+    )
 
-    from_scratch = model_args.model_name_or_path is None
-    if from_scratch and not training_args.do_train:
-        raise ValueError("Without --model_name_or_path the model is trained from scratch: pass --do_train.")
-    if from_scratch and model_args.tokenizer_name is None and checkpoint is not None:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    else:
-        tokenizer = load_or_train_tokenizer(
-            model_args,
-            size_args,
-            tokenizer_training_texts,
-            model_max_length=max(data_args.max_source_length, data_args.val_max_target_length),
-            show_progress=show_progress(training_args),
-        )
+
+def set_language(tokenizer, data_args: DataTrainingArguments) -> str:
+    """The language of the texts (--lang, default en), set as a multilingual tokenizer's source and target
+    language; a warning when ROUGE cannot score it."""
     language = data_args.lang or "en"
     if hasattr(tokenizer, "src_lang"):  # a multilingual tokenizer (mBART, M2M100, ...)
         if data_args.lang is None:
@@ -310,21 +337,34 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             "language than English are not meaningful",
             language,
         )
-    # γ of the training data, for hard-coded cross attention; a saved hf_simple_attn model keeps its own.
+    return language
+
+
+def build_model(model_args, attention_args, size_args, data_args, tokenizer, raw_train, columns: tuple[str, str]):
+    """The model, with γ of the training data for hard-coded cross attention (a saved hf_simple_attn model keeps
+    its own; none when not training)."""
     length_ratio = attention_args.length_ratio
-    if length_ratio is None and training_args.do_train and not is_hf_simple_attn_checkpoint(model_args):
-        sample = raw_train.select(range(min(len(raw_train), LENGTH_RATIO_SAMPLES)))
-        sample = sample.filter(lambda example: bool(example[text_column]) and bool(example[summary_column]))
-        length_ratio = compute_length_ratio(
-            [prefix + text for text in sample[text_column]], sample[summary_column], tokenizer
-        )
+    if length_ratio is None and raw_train is not None and not is_hf_simple_attn_checkpoint(model_args):
+        length_ratio = estimate_length_ratio(raw_train, columns, data_args.source_prefix or "", tokenizer)
         logger.info("length ratio γ (mean source / target tokens of the training data): %.3f", length_ratio)
     model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
     if model.config.decoder_start_token_id is None:
         raise ValueError("Make sure that `config.decoder_start_token_id` is correctly defined")
+    return model
 
+
+def estimate_length_ratio(raw_train, columns: tuple[str, str], prefix: str, tokenizer) -> float:
+    """γ over the first LENGTH_RATIO_SAMPLES training pairs that have both a text and a summary."""
+    text_column, summary_column = columns
+    sample = raw_train.select(range(min(len(raw_train), LENGTH_RATIO_SAMPLES)))
+    sample = sample.filter(lambda example: bool(example[text_column]) and bool(example[summary_column]))
+    return compute_length_ratio([prefix + text for text in sample[text_column]], sample[summary_column], tokenizer)
+
+
+def sequence_lengths(data_args: DataTrainingArguments, model) -> tuple[int, int, int]:
+    """--max_source_length, --max_target_length and --val_max_target_length, cut to the model's longest input."""
     max_positions = model.config.max_position_embeddings
     max_source_length = min(data_args.max_source_length, max_positions)
     max_target_length = min(data_args.max_target_length, max_positions)
@@ -335,6 +375,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             data_args.max_source_length,
             max_source_length,
         )
+    return max_source_length, max_target_length, val_max_target_length
+
+
+def make_preprocess_function(tokenizer, data_args, columns: tuple[str, str], max_source_length: int):
+    """Tokenize the pairs of a batch that have both a text and a summary into input_ids, attention_mask and labels."""
+    text_column, summary_column = columns
+    prefix = data_args.source_prefix or ""
     padding = "max_length" if data_args.pad_to_max_length else False
 
     def preprocess_function(examples, target_length: int):
@@ -354,125 +401,142 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         model_inputs["labels"] = label_ids
         return model_inputs
 
-    def prepare(split: datasets.Dataset | None, split_name: str, target_length: int) -> datasets.Dataset | None:
-        if split is None:
-            return None
-        with training_args.main_process_first(desc=f"{split_name} dataset map pre-processing"):
-            return split.map(
+    return preprocess_function
+
+
+def preprocess(raw_splits: dict, tokenizer, data_args, training_args, columns, column_names: list[str], lengths):
+    """Each split used as model inputs and labels (None for one not used); `lengths` as `sequence_lengths` gives."""
+    max_source_length, max_target_length, val_max_target_length = lengths
+    preprocess_function = make_preprocess_function(tokenizer, data_args, columns, max_source_length)
+    tokenized = {}
+    for split, dataset in raw_splits.items():
+        if dataset is None:
+            tokenized[split] = None
+            continue
+        with training_args.main_process_first(desc=f"{split} dataset map pre-processing"):
+            tokenized[split] = dataset.map(
                 preprocess_function,
-                fn_kwargs={"target_length": target_length},
+                fn_kwargs={"target_length": max_target_length if split == "train" else val_max_target_length},
                 batched=True,
                 num_proc=data_args.preprocessing_num_workers,
                 remove_columns=column_names,
                 load_from_cache_file=not data_args.overwrite_cache,
-                desc=f"Running tokenizer on the {split_name} dataset",
+                desc=f"Running tokenizer on the {split} dataset",
             )
+    return tokenized
 
-    train_dataset = prepare(raw_train, "train", max_target_length)
-    eval_dataset = prepare(raw_eval, "validation", val_max_target_length)
-    predict_dataset = prepare(raw_predict, "test", val_max_target_length)
 
-    label_pad_token_id = -100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id
+def set_generation_config(model, data_args, training_args, val_max_target_length: int) -> None:
+    """The generation settings evaluate and predict use, saved with the checkpoint so that later generation decodes
+    the same way: --generation_max_length (else the evaluation target length), --num_beams (else
+    --generation_num_beams)."""
+    model.generation_config.max_length = training_args.generation_max_length or val_max_target_length
+    num_beams = data_args.num_beams if data_args.num_beams is not None else training_args.generation_num_beams
+    if num_beams is not None:
+        model.generation_config.num_beams = num_beams
+
+
+def make_trainer(model, tokenizer, training_args, data_args: DataTrainingArguments, tokenized: dict):
+    """The Seq2SeqTrainer of the run; with --predict_with_generate it scores generated summaries with ROUGE."""
     data_collator = DataCollatorForSeq2Seq(
         tokenizer,
         model=model,
-        label_pad_token_id=label_pad_token_id,
+        label_pad_token_id=-100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id,
         pad_to_multiple_of=8 if training_args.fp16 else None,
     )
+    return LengthGroupedSeq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"],
+        eval_dataset=tokenized["validation"],
+        processing_class=tokenizer,
+        data_collator=data_collator,
+        compute_metrics=build_compute_metrics(tokenizer) if training_args.predict_with_generate else None,
+    )
 
+
+def decode(tokenizer, token_ids: np.ndarray) -> list[str]:
+    """Texts of a (batch, length) array of ids in which -100 marks padding."""
+    token_ids = np.where(token_ids != -100, token_ids, tokenizer.pad_token_id)
+    return [text.strip() for text in tokenizer.batch_decode(token_ids, skip_special_tokens=True)]
+
+
+def build_compute_metrics(tokenizer):
+    """`compute_metrics` for the Trainer: ROUGE (with stemming, one sentence a line) and the generated length."""
     metric = load_metric("rouge")
-
-    def decode(token_ids: np.ndarray) -> list[str]:
-        token_ids = np.where(token_ids != -100, token_ids, tokenizer.pad_token_id)
-        return [text.strip() for text in tokenizer.batch_decode(token_ids, skip_special_tokens=True)]
 
     def compute_metrics(eval_preds) -> dict[str, float]:
         predictions, labels = eval_preds
         if isinstance(predictions, tuple):
             predictions = predictions[0]
-        decoded_predictions = [split_sentences(text) for text in decode(predictions)]
-        decoded_labels = [split_sentences(text) for text in decode(labels)]
+        decoded_predictions = [split_sentences(text) for text in decode(tokenizer, predictions)]
+        decoded_labels = [split_sentences(text) for text in decode(tokenizer, labels)]
         result = metric.compute(predictions=decoded_predictions, references=decoded_labels, use_stemmer=True)
         result = {name: round(value * 100, 4) for name, value in result.items()}
         predictions = np.where(predictions != -100, predictions, tokenizer.pad_token_id)
         result["gen_len"] = float(np.mean([np.count_nonzero(ids != tokenizer.pad_token_id) for ids in predictions]))
         return result
 
-    # Used by evaluate/predict and saved with the checkpoint, so later generation decodes the same way.
-    model.generation_config.max_length = training_args.generation_max_length or val_max_target_length
-    num_beams = data_args.num_beams if data_args.num_beams is not None else training_args.generation_num_beams
-    if num_beams is not None:
-        model.generation_config.num_beams = num_beams
+    return compute_metrics
 
-    trainer = LengthGroupedSeq2SeqTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        data_collator=data_collator,
-        compute_metrics=compute_metrics if training_args.predict_with_generate else None,
+
+def train(trainer, checkpoint: str | None) -> dict:
+    """Train (resuming `checkpoint`), save the model and the train metrics and state."""
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()  # the tokenizer too
+    metrics = train_result.metrics
+    metrics["train_samples"] = len(trainer.train_dataset)
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
+def evaluate(trainer, generation_kwargs: dict) -> dict:
+    """Scores of the validation split (eval_results.json)."""
+    logger.info("*** Evaluate ***")
+    metrics = trainer.evaluate(metric_key_prefix="eval", **generation_kwargs)
+    metrics["eval_samples"] = len(trainer.eval_dataset)
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    return metrics
+
+
+def predict(trainer, test_dataset, generation_kwargs: dict) -> dict:
+    """Scores of the test split (predict_results.json) and, when generating, its summaries
+    (generated_predictions.txt)."""
+    logger.info("*** Predict ***")
+    output = trainer.predict(test_dataset, metric_key_prefix="predict", **generation_kwargs)
+    metrics = output.metrics
+    metrics["predict_samples"] = len(test_dataset)
+    trainer.log_metrics("predict", metrics)
+    trainer.save_metrics("predict", metrics)
+    if trainer.is_world_process_zero() and trainer.args.predict_with_generate:
+        predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+        output_prediction_file = os.path.join(trainer.args.output_dir, "generated_predictions.txt")
+        with open(output_prediction_file, "w", encoding="utf-8") as writer:
+            summaries = decode(trainer.processing_class, predictions)
+            writer.write("\n".join(text.replace("\n", " ") for text in summaries) + "\n")
+    return metrics
+
+
+def publish(trainer, model_args, data_args, language: str, summary: dict, metrics: dict, push_to_hub, hub_token):
+    """The model card of the trained checkpoint, then (--push_to_hub) one upload of the finished folder."""
+    args = trainer.args
+    publish_checkpoint(
+        args.output_dir,
+        trainer.model,
+        task="summarization",
+        dataset_name=dataset_description(data_args),
+        metrics=metrics,
+        language=[language],
+        base_model=model_args.model_name_or_path,
+        training_summary=summary,
+        push_to_hub=push_to_hub,
+        hub_model_id=args.hub_model_id,
+        hub_token=hub_token,
+        hub_private_repo=args.hub_private_repo,
     )
-    all_metrics = {}
-
-    # Training
-    if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        trainer.save_model()  # the tokenizer too
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-        all_metrics.update(metrics)
-
-    generation_kwargs = {
-        "max_length": model.generation_config.max_length,
-        "num_beams": model.generation_config.num_beams,
-    }
-
-    # Evaluation
-    if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate(metric_key_prefix="eval", **generation_kwargs)
-        metrics["eval_samples"] = len(eval_dataset)
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-        all_metrics.update(metrics)
-
-    # Prediction
-    if training_args.do_predict:
-        logger.info("*** Predict ***")
-        output = trainer.predict(predict_dataset, metric_key_prefix="predict", **generation_kwargs)
-        metrics = output.metrics
-        metrics["predict_samples"] = len(predict_dataset)
-        trainer.log_metrics("predict", metrics)
-        trainer.save_metrics("predict", metrics)
-        all_metrics.update(metrics)
-        if trainer.is_world_process_zero() and training_args.predict_with_generate:
-            predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
-            output_prediction_file = os.path.join(training_args.output_dir, "generated_predictions.txt")
-            with open(output_prediction_file, "w", encoding="utf-8") as writer:
-                writer.write("\n".join(text.replace("\n", " ") for text in decode(predictions)) + "\n")
-
-    # Model card of the trained checkpoint, then one upload of the finished folder
-    if training_args.do_train and trainer.is_world_process_zero():
-        summary = training_summary(trainer, data_args, model_args, attention_args, tokenizer, generation_kwargs)
-        publish_checkpoint(
-            training_args.output_dir,
-            trainer.model,
-            task="summarization",
-            dataset_name=dataset_description(data_args),
-            metrics=all_metrics,
-            language=[language],
-            base_model=model_args.model_name_or_path,
-            training_summary=summary,
-            push_to_hub=push_to_hub,
-            hub_model_id=training_args.hub_model_id,
-            hub_token=hub_token,
-            hub_private_repo=training_args.hub_private_repo,
-        )
-    return all_metrics
 
 
 if __name__ == "__main__":

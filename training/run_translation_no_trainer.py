@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Train and evaluate a translation model with any attention layout, in a plain Accelerate loop.
 
-The same model, data and metric options as `run_translation.py` (whose data loading and
-preprocessing this script imports), with the training options of transformers'
+The same model, data and metric options as `run_translation.py` (its data loading, preprocessing
+and scoring are shared through `hf_simple_attn.translation_task`), with the training options of transformers'
 `run_translation_no_trainer.py` example (`--per_device_train_batch_size`, `--learning_rate`,
 `--num_train_epochs`, `--max_train_steps`, `--checkpointing_steps`, `--resume_from_checkpoint`, ...).
 It runs as a plain script on one device or under `accelerate launch` on several:
@@ -43,16 +43,14 @@ from hf_simple_attn.training_args import (
     ModelSizeArguments,
     parse_script_arguments,
 )
-
-# The sibling script (its folder is on sys.path when this one runs, also under `accelerate launch`).
-from run_translation import (
+from hf_simple_attn.translation_task import (
     DataTrainingArguments,
     TranslationScorer,
     dataset_label,
     load_raw_datasets,
-    make_preprocess_function,
     select_split,
     source_and_target_texts,
+    tokenize_translations,
     tokenizer_for_run,
     translation_model,
 )
@@ -146,6 +144,271 @@ def resume_position(checkpoint: str, steps_per_epoch: int) -> tuple[int, int, in
     return completed, completed // steps_per_epoch, completed % steps_per_epoch
 
 
+def main(argv: list[str] | None = None) -> dict:
+    """Run the script on `argv` (default: the command line); returns the metrics it wrote."""
+    model_args, data_args, attention_args, size_args, args = parse_script_arguments(
+        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments), argv
+    )
+    # The Hub token stays in this variable, out of `args`, as in the Trainer scripts (which save their arguments).
+    hub_token, args.hub_token = args.hub_token, None
+    if args.push_to_hub:  # before any training: a repository that cannot be created stops the script now
+        args.hub_model_id = prepare_push(
+            args.output_dir, args.hub_model_id, token=hub_token, private=args.hub_private_repo
+        )
+    accelerator = start_accelerator(args)
+
+    train_raw, eval_raw, predict_raw = load_splits(data_args, model_args, args)
+    tokenizer = tokenizer_for_run(
+        model_args, size_args, data_args, train_raw, args.resume_from_checkpoint, accelerator.is_local_main_process
+    )
+    model = translation_model(model_args, attention_args, size_args, data_args, tokenizer, train_raw, args.seed)
+    if args.max_length is not None:
+        model.generation_config.max_length = args.max_length
+    collator, train_dataloader, eval_dataloader = make_dataloaders(
+        accelerator, args, data_args, tokenizer, model, train_raw, eval_raw
+    )
+    optimizer = make_optimizer(model, args)
+    lr_scheduler = make_scheduler(args, optimizer, train_dataloader, accelerator.num_processes)
+    model, optimizer, train_dataloader, eval_dataloader, lr_scheduler = accelerator.prepare(
+        model, optimizer, train_dataloader, eval_dataloader, lr_scheduler
+    )
+    if args.with_tracking:
+        start_tracking(accelerator, model_args, data_args, attention_args, size_args, args)
+    completed_steps, train_runtime = train(
+        accelerator, args, model, optimizer, lr_scheduler, train_dataloader, tokenizer
+    )
+
+    scorer = TranslationScorer() if args.predict_with_generate else None
+    results = evaluate_and_predict(
+        accelerator, args, data_args, model, tokenizer, scorer, collator, eval_dataloader, eval_raw, predict_raw
+    )
+    all_results = save_results(accelerator, args, model, tokenizer, results, completed_steps, train_runtime)
+    if accelerator.is_main_process:
+        summary = training_summary(
+            accelerator, args, model_args, data_args, tokenizer, scorer, len(train_raw), completed_steps, train_runtime
+        )
+        publish(accelerator.unwrap_model(model), args, model_args, data_args, summary, all_results, hub_token)
+    accelerator.end_training()
+    return all_results
+
+
+def start_accelerator(args: LoopArguments) -> Accelerator:
+    """The Accelerator of the run, with logging (INFO on the main process) and the seed set, and the output folder."""
+    # A seedable sampler shuffles each epoch from (seed, epoch) alone, so a resumed run sees the same batches.
+    tracking = {"log_with": args.report_to.split(","), "project_dir": args.output_dir} if args.with_tracking else {}
+    accelerator = Accelerator(
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        **tracking,
+    )
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+    )
+    logger.setLevel(logging.INFO if accelerator.is_main_process else logging.WARNING)
+    logger.info(accelerator.state)
+    if accelerator.is_local_main_process:
+        datasets.utils.logging.set_verbosity_warning()
+        transformers.utils.logging.set_verbosity_warning()
+    else:
+        datasets.utils.logging.set_verbosity_error()
+        transformers.utils.logging.set_verbosity_error()
+    set_seed(args.seed)
+    if accelerator.is_main_process:
+        os.makedirs(args.output_dir, exist_ok=True)
+    accelerator.wait_for_everyone()
+    return accelerator
+
+
+def load_splits(data_args: DataTrainingArguments, model_args: ModelArguments, args: LoopArguments) -> tuple:
+    """The raw train and validation splits, and the test split with --do_predict (else None)."""
+    raw_datasets = load_raw_datasets(data_args, model_args)
+    train_raw = select_split(raw_datasets, "train", data_args.max_train_samples, "training")
+    eval_raw = select_split(raw_datasets, "validation", data_args.max_eval_samples, "evaluation")
+    predict_raw = (
+        select_split(raw_datasets, "test", data_args.max_predict_samples, "--do_predict") if args.do_predict else None
+    )
+    return train_raw, eval_raw, predict_raw
+
+
+def tokenize(accelerator: Accelerator, dataset, tokenizer, data_args: DataTrainingArguments, split: str):
+    """`tokenize_translations`, on the main process first (the others then read its cache)."""
+    with accelerator.main_process_first():
+        return tokenize_translations(dataset, tokenizer, data_args, split)
+
+
+def make_dataloaders(accelerator, args: LoopArguments, data_args, tokenizer, model, train_raw, eval_raw) -> tuple:
+    """(collator, training dataloader, validation dataloader) of the tokenized splits."""
+    collator = DataCollatorForSeq2Seq(
+        tokenizer,
+        model=model,
+        label_pad_token_id=-100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id,
+        pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None,
+    )
+    train_dataloader = DataLoader(
+        tokenize(accelerator, train_raw, tokenizer, data_args, "train"),
+        shuffle=True,
+        collate_fn=collator,
+        batch_size=args.per_device_train_batch_size,
+        # Its own generator: starting an epoch then draws nothing from the global RNG that dropout
+        # uses (and load_state restores), so a resumed run continues exactly as an uninterrupted one.
+        generator=torch.Generator().manual_seed(args.seed),
+    )
+    eval_dataset = tokenize(accelerator, eval_raw, tokenizer, data_args, "validation")
+    return collator, train_dataloader, make_eval_dataloader(eval_dataset, collator, args)
+
+
+def make_eval_dataloader(dataset, collator, args: LoopArguments) -> DataLoader:
+    return DataLoader(dataset, collate_fn=collator, batch_size=args.per_device_eval_batch_size)
+
+
+def make_optimizer(model, args: LoopArguments) -> torch.optim.AdamW:
+    """AdamW with weight decay on every parameter but the biases and LayerNorm weights."""
+    no_decay = ("bias", "layer_norm.weight", "LayerNorm.weight")
+    parameter_groups = [
+        {
+            "params": [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)],
+            "weight_decay": args.weight_decay,
+        },
+        {"params": [p for n, p in model.named_parameters() if any(nd in n for nd in no_decay)], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(parameter_groups, lr=args.learning_rate)
+
+
+def make_scheduler(args: LoopArguments, optimizer, train_dataloader: DataLoader, num_processes: int):
+    """The learning-rate schedule over the training steps of the dataloader (not yet sharded) on every process."""
+    steps_per_epoch = math.ceil(len(train_dataloader) / args.gradient_accumulation_steps)
+    max_train_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
+    return get_scheduler(
+        name=args.lr_scheduler_type,
+        optimizer=optimizer,
+        num_warmup_steps=args.num_warmup_steps * num_processes,
+        num_training_steps=max_train_steps * num_processes,
+    )
+
+
+def training_length(args: LoopArguments, train_dataloader: DataLoader) -> tuple[int, int, int]:
+    """(optimizer steps per epoch, optimizer steps in all, epochs) of the prepared dataloader (sharded across
+    processes)."""
+    steps_per_epoch = math.ceil(len(train_dataloader) / args.gradient_accumulation_steps)
+    max_train_steps = args.max_train_steps
+    if max_train_steps is None:
+        max_train_steps = args.num_train_epochs * steps_per_epoch
+    return steps_per_epoch, max_train_steps, math.ceil(max_train_steps / steps_per_epoch)
+
+
+def start_tracking(accelerator: Accelerator, model_args, data_args, attention_args, size_args, args) -> None:
+    """`--with_tracking`: the trackers, with the options that describe the run (numbers, texts, flags); the Hub
+    token is not among them."""
+    options = vars(data_args) | vars(attention_args) | vars(size_args) | vars(args)
+    experiment_config = {key: value for key, value in options.items() if isinstance(value, int | float | str)}
+    experiment_config["model_name_or_path"] = model_args.model_name_or_path or "from scratch"
+    accelerator.init_trackers("translation_no_trainer", experiment_config)
+
+
+def resume(accelerator: Accelerator, args: LoopArguments, steps_per_epoch: int) -> tuple[int, int, int]:
+    """(completed optimizer steps, epoch to start in, batches of it to skip): the state of --resume_from_checkpoint
+    loaded, or a fresh start."""
+    if args.resume_from_checkpoint is None:
+        return 0, 0, 0
+    accelerator.print(f"Resumed from checkpoint: {args.resume_from_checkpoint}")
+    accelerator.load_state(args.resume_from_checkpoint)
+    completed_steps, starting_epoch, resume_batches = resume_position(args.resume_from_checkpoint, steps_per_epoch)
+    return completed_steps, starting_epoch, resume_batches * args.gradient_accumulation_steps
+
+
+def train(accelerator, args: LoopArguments, model, optimizer, lr_scheduler, train_dataloader, tokenizer) -> tuple:
+    """Train for --max_train_steps optimizer steps (or --num_train_epochs), saving the resumable state every
+    --checkpointing_steps; returns (completed optimizer steps, training time in seconds)."""
+    steps_per_epoch, max_train_steps, num_train_epochs = training_length(args, train_dataloader)
+    log_training_plan(accelerator, args, len(train_dataloader.dataset), num_train_epochs, max_train_steps)
+    completed_steps, starting_epoch, resume_batches = resume(accelerator, args, steps_per_epoch)
+    progress_bar = tqdm(range(max_train_steps), disable=not accelerator.is_local_main_process)
+    progress_bar.update(completed_steps)
+    start_time = time.time()
+    logged_losses = []
+    for epoch in range(starting_epoch, num_train_epochs):
+        model.train()
+        if epoch == starting_epoch and resume_batches:
+            active_dataloader = accelerator.skip_first_batches(train_dataloader, resume_batches)
+        else:
+            active_dataloader = train_dataloader
+        for batch in active_dataloader:
+            logged_losses.append(training_step(accelerator, args, model, batch, optimizer, lr_scheduler))
+            if accelerator.sync_gradients:
+                progress_bar.update(1)
+                completed_steps += 1
+                if completed_steps % args.logging_steps == 0:
+                    log_loss(accelerator, args, progress_bar, lr_scheduler, logged_losses, completed_steps, epoch)
+                    logged_losses = []
+                if (
+                    args.checkpointing_steps not in (None, "epoch")
+                    and completed_steps % int(args.checkpointing_steps) == 0
+                ):
+                    save_state(accelerator, tokenizer, args, f"{CHECKPOINT_PREFIX}{completed_steps}")
+            if completed_steps >= max_train_steps:
+                break
+        if args.checkpointing_steps == "epoch":
+            save_state(accelerator, tokenizer, args, f"epoch_{epoch}")
+        if completed_steps >= max_train_steps:
+            break
+    train_runtime = time.time() - start_time
+    progress_bar.close()
+    return completed_steps, train_runtime
+
+
+def total_batch_size(accelerator: Accelerator, args: LoopArguments) -> int:
+    """Examples per optimizer step: over every process and the accumulated batches."""
+    return args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+
+
+def log_training_plan(accelerator, args: LoopArguments, num_examples: int, num_epochs: int, max_train_steps: int):
+    logger.info("***** Running training *****")
+    logger.info(f"  Num examples = {num_examples}")
+    logger.info(f"  Num epochs = {num_epochs}")
+    logger.info(f"  Total train batch size (parallel, accumulation) = {total_batch_size(accelerator, args)}")
+    logger.info(f"  Total optimization steps = {max_train_steps}")
+
+
+def training_step(accelerator: Accelerator, args: LoopArguments, model, batch, optimizer, lr_scheduler) -> float:
+    """One forward and backward pass (an optimizer step once the gradients of --gradient_accumulation_steps
+    batches are accumulated); returns the batch's loss (with --label_smoothing_factor, the smoothed one)."""
+    with accelerator.accumulate(model):
+        outputs = model(**batch)
+        loss = outputs.loss
+        if args.label_smoothing_factor > 0:
+            loss = torch.nn.functional.cross_entropy(
+                outputs.logits.flatten(0, 1),
+                batch["labels"].flatten(),
+                ignore_index=-100,
+                label_smoothing=args.label_smoothing_factor,
+            )
+        accelerator.backward(loss)
+        if accelerator.sync_gradients and args.max_grad_norm > 0:
+            accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+        lr_scheduler.step()
+        optimizer.zero_grad()
+    return loss.detach().float().item()
+
+
+def log_loss(accelerator, args: LoopArguments, progress_bar, lr_scheduler, losses: list[float], step: int, epoch: int):
+    """Show the mean loss of the batches since the last report (and log it to the trackers)."""
+    mean_loss, learning_rate = sum(losses) / len(losses), lr_scheduler.get_last_lr()[0]
+    progress_bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{learning_rate:.2e}")
+    logger.info(f"step {step}: loss {mean_loss:.4f}")
+    if args.with_tracking:
+        accelerator.log({"train_loss": mean_loss, "learning_rate": learning_rate, "epoch": epoch}, step=step)
+
+
+def save_state(accelerator: Accelerator, tokenizer, args: LoopArguments, name: str) -> None:
+    """A resumable state in `--output_dir/name`, with the tokenizer: a from-scratch tokenizer must survive a resume."""
+    folder = os.path.join(args.output_dir, name)
+    accelerator.save_state(folder)
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(folder)
+
+
 def generate_and_score(accelerator, model, dataloader, references, tokenizer, scorer, generate_kwargs):
     """Translate every batch (all processes), gather in dataset order, score against the raw
     `references`; returns (metrics, predictions)."""
@@ -183,197 +446,12 @@ def split_results(prefix: str, metrics: dict, scorer: TranslationScorer, num_sam
     return results
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the script on `argv` (default: the command line); returns the metrics it wrote."""
-    model_args, data_args, attention_args, size_args, args = parse_script_arguments(
-        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments), argv
-    )
-    # The Hub token stays in this variable, out of `args`, as in the Trainer scripts (which save their arguments).
-    hub_token, args.hub_token = args.hub_token, None
-    if args.push_to_hub:  # before any training: a repository that cannot be created stops the script now
-        args.hub_model_id = prepare_push(args.output_dir, args.hub_model_id, token=hub_token, private=args.hub_private_repo)
-    # A seedable sampler shuffles each epoch from (seed, epoch) alone, so a resumed run sees the same batches.
-    tracking = {"log_with": args.report_to.split(","), "project_dir": args.output_dir} if args.with_tracking else {}
-    accelerator = Accelerator(
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
-        **tracking,
-    )
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-    )
-    logger.setLevel(logging.INFO if accelerator.is_main_process else logging.WARNING)
-    logger.info(accelerator.state)
-    if accelerator.is_local_main_process:
-        datasets.utils.logging.set_verbosity_warning()
-        transformers.utils.logging.set_verbosity_warning()
-    else:
-        datasets.utils.logging.set_verbosity_error()
-        transformers.utils.logging.set_verbosity_error()
-    set_seed(args.seed)
-    if accelerator.is_main_process:
-        os.makedirs(args.output_dir, exist_ok=True)
-    accelerator.wait_for_everyone()
-
-    raw_datasets = load_raw_datasets(data_args, model_args)
-    train_raw = select_split(raw_datasets, "train", data_args.max_train_samples, "training")
-    eval_raw = select_split(raw_datasets, "validation", data_args.max_eval_samples, "evaluation")
-    predict_raw = (
-        select_split(raw_datasets, "test", data_args.max_predict_samples, "--do_predict") if args.do_predict else None
-    )
-
-    tokenizer = tokenizer_for_run(
-        model_args, size_args, data_args, train_raw, args.resume_from_checkpoint, accelerator.is_local_main_process
-    )
-    model = translation_model(model_args, attention_args, size_args, data_args, tokenizer, train_raw, args.seed)
-    if args.max_length is not None:
-        model.generation_config.max_length = args.max_length
-
-    def tokenize(dataset, max_target_length: int, description: str):
-        with accelerator.main_process_first():
-            return dataset.map(
-                make_preprocess_function(tokenizer, data_args, max_target_length),
-                batched=True,
-                num_proc=data_args.preprocessing_num_workers,
-                remove_columns=dataset.column_names,
-                load_from_cache_file=not data_args.overwrite_cache,
-                desc=description,
-            )
-
-    train_dataset = tokenize(train_raw, data_args.max_target_length, "Running tokenizer on train dataset")
-    eval_dataset = tokenize(eval_raw, data_args.val_max_target_length, "Running tokenizer on validation dataset")
-    collator = DataCollatorForSeq2Seq(
-        tokenizer,
-        model=model,
-        label_pad_token_id=-100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id,
-        pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None,
-    )
-    train_dataloader = DataLoader(
-        train_dataset,
-        shuffle=True,
-        collate_fn=collator,
-        batch_size=args.per_device_train_batch_size,
-        # Its own generator: starting an epoch then draws nothing from the global RNG that dropout
-        # uses (and load_state restores), so a resumed run continues exactly as an uninterrupted one.
-        generator=torch.Generator().manual_seed(args.seed),
-    )
-    eval_dataloader = DataLoader(eval_dataset, collate_fn=collator, batch_size=args.per_device_eval_batch_size)
-
-    no_decay = ("bias", "layer_norm.weight", "LayerNorm.weight")
-    parameter_groups = [
-        {
-            "params": [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)],
-            "weight_decay": args.weight_decay,
-        },
-        {"params": [p for n, p in model.named_parameters() if any(nd in n for nd in no_decay)], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(parameter_groups, lr=args.learning_rate)
-
-    steps_per_epoch = math.ceil(len(train_dataloader) / args.gradient_accumulation_steps)
-    max_train_steps = args.max_train_steps or args.num_train_epochs * steps_per_epoch
-    lr_scheduler = get_scheduler(
-        name=args.lr_scheduler_type,
-        optimizer=optimizer,
-        num_warmup_steps=args.num_warmup_steps * accelerator.num_processes,
-        num_training_steps=max_train_steps * accelerator.num_processes,
-    )
-    model, optimizer, train_dataloader, eval_dataloader, lr_scheduler = accelerator.prepare(
-        model, optimizer, train_dataloader, eval_dataloader, lr_scheduler
-    )
-    # The prepared dataloader is sharded across processes: recount.
-    steps_per_epoch = math.ceil(len(train_dataloader) / args.gradient_accumulation_steps)
-    if args.max_train_steps is None:
-        max_train_steps = args.num_train_epochs * steps_per_epoch
-    num_train_epochs = math.ceil(max_train_steps / steps_per_epoch)
-
-    total_batch_size = args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
-    if args.with_tracking:
-        # The options that describe the run (numbers, texts, flags); the Hub token is not among them.
-        options = vars(data_args) | vars(attention_args) | vars(size_args) | vars(args)
-        experiment_config = {key: value for key, value in options.items() if isinstance(value, int | float | str)}
-        experiment_config["model_name_or_path"] = model_args.model_name_or_path or "from scratch"
-        accelerator.init_trackers("translation_no_trainer", experiment_config)
-    logger.info("***** Running training *****")
-    logger.info(f"  Num examples = {len(train_dataset)}")
-    logger.info(f"  Num epochs = {num_train_epochs}")
-    logger.info(f"  Total train batch size (parallel, accumulation) = {total_batch_size}")
-    logger.info(f"  Total optimization steps = {max_train_steps}")
-
-    completed_steps, starting_epoch, resume_batches = 0, 0, 0
-    if args.resume_from_checkpoint is not None:
-        accelerator.print(f"Resumed from checkpoint: {args.resume_from_checkpoint}")
-        accelerator.load_state(args.resume_from_checkpoint)
-        completed_steps, starting_epoch, resume_batches = resume_position(args.resume_from_checkpoint, steps_per_epoch)
-        resume_batches *= args.gradient_accumulation_steps
-
-    def save_state(name: str) -> None:
-        folder = os.path.join(args.output_dir, name)
-        accelerator.save_state(folder)
-        if accelerator.is_main_process:
-            tokenizer.save_pretrained(folder)  # a from-scratch tokenizer must survive a resume
-
-    progress_bar = tqdm(range(max_train_steps), disable=not accelerator.is_local_main_process)
-    progress_bar.update(completed_steps)
-    start_time = time.time()
-    logged_loss, logged_batches = 0.0, 0
-    for epoch in range(starting_epoch, num_train_epochs):
-        model.train()
-        if epoch == starting_epoch and resume_batches:
-            active_dataloader = accelerator.skip_first_batches(train_dataloader, resume_batches)
-        else:
-            active_dataloader = train_dataloader
-        for batch in active_dataloader:
-            with accelerator.accumulate(model):
-                outputs = model(**batch)
-                loss = outputs.loss
-                if args.label_smoothing_factor > 0:
-                    loss = torch.nn.functional.cross_entropy(
-                        outputs.logits.flatten(0, 1),
-                        batch["labels"].flatten(),
-                        ignore_index=-100,
-                        label_smoothing=args.label_smoothing_factor,
-                    )
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and args.max_grad_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-                optimizer.step()
-                lr_scheduler.step()
-                optimizer.zero_grad()
-            logged_loss += loss.detach().float().item()
-            logged_batches += 1
-            if accelerator.sync_gradients:
-                progress_bar.update(1)
-                completed_steps += 1
-                if completed_steps % args.logging_steps == 0:
-                    mean_loss, learning_rate = logged_loss / logged_batches, lr_scheduler.get_last_lr()[0]
-                    progress_bar.set_postfix(loss=f"{mean_loss:.3f}", lr=f"{learning_rate:.2e}")
-                    logger.info(f"step {completed_steps}: loss {mean_loss:.4f}")
-                    if args.with_tracking:
-                        accelerator.log(
-                            {"train_loss": mean_loss, "learning_rate": learning_rate, "epoch": epoch},
-                            step=completed_steps,
-                        )
-                    logged_loss, logged_batches = 0.0, 0
-                if (
-                    args.checkpointing_steps not in (None, "epoch")
-                    and completed_steps % int(args.checkpointing_steps) == 0
-                ):
-                    save_state(f"{CHECKPOINT_PREFIX}{completed_steps}")
-            if completed_steps >= max_train_steps:
-                break
-        if args.checkpointing_steps == "epoch":
-            save_state(f"epoch_{epoch}")
-        if completed_steps >= max_train_steps:
-            break
-    train_runtime = time.time() - start_time
-    progress_bar.close()
-
-    scorer = TranslationScorer() if args.predict_with_generate else None
-    generate_kwargs = {
-        "max_length": args.max_length or data_args.val_max_target_length,
-        "num_beams": data_args.num_beams or 1,
-    }
+def evaluate_and_predict(
+    accelerator, args, data_args, model, tokenizer, scorer, collator, eval_dataloader, eval_raw, predict_raw
+) -> dict:
+    """Results of the validation split and, with --do_predict, of the test split (its translations written to
+    generated_predictions.txt): BLEU and chrF of generated translations, or the loss without a scorer."""
+    generate_kwargs = generation_settings(args, data_args)
 
     def score(split: str, dataloader, raw_dataset) -> tuple[dict, list[str] | None]:
         """`<split>_bleu`, `<split>_chrf`, ... of generated translations (and these), or `<split>_loss`."""
@@ -389,25 +467,29 @@ def main(argv: list[str] | None = None) -> dict:
     results = {"eval": score("eval", eval_dataloader, eval_raw)[0]}
     logger.info(f"validation: {results['eval']}")
     if predict_raw is not None:
-        predict_dataset = tokenize(
-            predict_raw, data_args.val_max_target_length, "Running tokenizer on prediction dataset"
-        )
-        predict_dataloader = accelerator.prepare(
-            DataLoader(predict_dataset, collate_fn=collator, batch_size=args.per_device_eval_batch_size)
-        )
+        predict_dataset = tokenize(accelerator, predict_raw, tokenizer, data_args, "test")
+        predict_dataloader = accelerator.prepare(make_eval_dataloader(predict_dataset, collator, args))
         results["predict"], predictions = score("predict", predict_dataloader, predict_raw)
         logger.info(f"test: {results['predict']}")
         if accelerator.is_main_process and predictions is not None:
             Path(args.output_dir, "generated_predictions.txt").write_text(
                 "\n".join(predictions) + "\n", encoding="utf-8"
             )
+    return results
 
+
+def generation_settings(args: LoopArguments, data_args: DataTrainingArguments) -> dict:
+    return {"max_length": args.max_length or data_args.val_max_target_length, "num_beams": data_args.num_beams or 1}
+
+
+def save_results(accelerator, args: LoopArguments, model, tokenizer, results: dict, completed_steps: int, runtime):
+    """Save the model, its tokenizer and the results (`<split>_results.json`, `all_results.json`) in --output_dir;
+    returns all results (also logged to the trackers)."""
     accelerator.wait_for_everyone()
-    unwrapped_model = accelerator.unwrap_model(model)
-    unwrapped_model.save_pretrained(
+    accelerator.unwrap_model(model).save_pretrained(
         args.output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save
     )
-    all_results = {"train_runtime": round(train_runtime, 2), "train_steps": completed_steps}
+    all_results = {"train_runtime": round(runtime, 2), "train_steps": completed_steps}
     for result in results.values():
         all_results.update(result)
     if args.with_tracking:
@@ -418,40 +500,50 @@ def main(argv: list[str] | None = None) -> dict:
         for split, result in results.items():
             Path(args.output_dir, f"{split}_results.json").write_text(json.dumps(result, indent=4) + "\n")
         Path(args.output_dir, "all_results.json").write_text(json.dumps(all_results, indent=4) + "\n")
-        summary = {
-            "dataset configuration": data_args.dataset_config_name or "-",
-            "training examples": len(train_dataset),
-            "steps": completed_steps,
-            "batch size": total_batch_size,
-            "learning rate": args.learning_rate,
-            "scheduler": f"{args.lr_scheduler_type}, warmup {args.num_warmup_steps}",
-            "label smoothing": args.label_smoothing_factor,
-            "seed": args.seed,
-            "tokenizer": model_args.tokenizer_name
-            or model_args.model_name_or_path
-            or f"BPE trained on the training data ({len(tokenizer):,} entries)",
-            "beams (evaluation)": generate_kwargs["num_beams"] if scorer is not None else "- (loss only)",
-            "training time": f"{train_runtime:.0f} s on {accelerator.num_processes} × {accelerator.device}",
-        }
-        if scorer is not None:
-            summary["BLEU signature"] = scorer.signatures["bleu_signature"]
-            summary["chrF signature"] = scorer.signatures["chrf_signature"]
-        publish_checkpoint(
-            args.output_dir,
-            unwrapped_model,
-            task="translation",
-            dataset_name=dataset_label(data_args),
-            metrics=all_results,
-            language=[data_args.source_lang, data_args.target_lang],
-            base_model=model_args.model_name_or_path,
-            training_summary=summary,
-            push_to_hub=args.push_to_hub,
-            hub_model_id=args.hub_model_id,
-            hub_token=hub_token,
-            hub_private_repo=args.hub_private_repo,
-        )
-    accelerator.end_training()
     return all_results
+
+
+def training_summary(
+    accelerator, args, model_args, data_args, tokenizer, scorer, num_examples: int, completed_steps: int, runtime
+) -> dict:
+    """The settings and counts shown in the model card's Training table."""
+    summary = {
+        "dataset configuration": data_args.dataset_config_name or "-",
+        "training examples": num_examples,
+        "steps": completed_steps,
+        "batch size": total_batch_size(accelerator, args),
+        "learning rate": args.learning_rate,
+        "scheduler": f"{args.lr_scheduler_type}, warmup {args.num_warmup_steps}",
+        "label smoothing": args.label_smoothing_factor,
+        "seed": args.seed,
+        "tokenizer": model_args.tokenizer_name
+        or model_args.model_name_or_path
+        or f"BPE trained on the training data ({len(tokenizer):,} entries)",
+        "beams (evaluation)": "- (loss only)" if scorer is None else generation_settings(args, data_args)["num_beams"],
+        "training time": f"{runtime:.0f} s on {accelerator.num_processes} × {accelerator.device}",
+    }
+    if scorer is not None:
+        summary["BLEU signature"] = scorer.signatures["bleu_signature"]
+        summary["chrF signature"] = scorer.signatures["chrf_signature"]
+    return summary
+
+
+def publish(model, args: LoopArguments, model_args, data_args, summary: dict, all_results: dict, hub_token) -> None:
+    """The model card of the trained checkpoint, then (--push_to_hub) one upload of the finished folder."""
+    publish_checkpoint(
+        args.output_dir,
+        model,
+        task="translation",
+        dataset_name=dataset_label(data_args),
+        metrics=all_results,
+        language=[data_args.source_lang, data_args.target_lang],
+        base_model=model_args.model_name_or_path,
+        training_summary=summary,
+        push_to_hub=args.push_to_hub,
+        hub_model_id=args.hub_model_id,
+        hub_token=hub_token,
+        hub_private_repo=args.hub_private_repo,
+    )
 
 
 if __name__ == "__main__":

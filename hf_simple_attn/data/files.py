@@ -49,6 +49,11 @@ def data_files_by_split(train_file: str | None, validation_file: str | None, tes
     return files
 
 
+def reference_file(data_files: dict[str, str]) -> str:
+    """The file whose columns the others must have: the training file, else the first one."""
+    return data_files.get("train", next(iter(data_files.values())))
+
+
 def text_lines(path: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of every line of a UTF-8 file (a byte order mark is dropped)."""
     offset = 0
@@ -250,8 +255,7 @@ def load_data_files(
     has for these fields. Problems raise `DataFileError`. The Arrow files are cached in `cache_dir`
     (datasets' default when None), keyed by the split and the file's path, size and modification time.
     """
-    reference_split = "train" if "train" in data_files else next(iter(data_files))
-    reference = data_files[reference_split]
+    reference = reference_file(data_files)
     reference_columns = data_file_columns(reference)
     needed = list(dict.fromkeys(field.split(".")[0] for field in text_fields))
     dataset_dict = datasets.DatasetDict()
@@ -300,4 +304,5 @@ __all__ = [
     "data_files_by_split",
     "file_extension",
     "load_data_files",
+    "reference_file",
 ]
