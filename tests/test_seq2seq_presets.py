@@ -1,4 +1,7 @@
-"""Every seq2seq preset (and a mixed layout): causality, padding, cache, save/load, remote code."""
+"""Every seq2seq preset (and a mixed layout): causality, padding, cache, save/load, remote code.
+
+Every registered family, alone and side by side, is covered by `test_family_contract.py`.
+"""
 
 import json
 import os
@@ -11,9 +14,9 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 import hf_simple_attn
-from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+from hf_simple_attn import SimpleAttnMarianMTModel
 
-from conftest import TINY_MARIAN
+from conftest import TINY_MARIAN, make_model
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -27,33 +30,10 @@ MIXED_LAYOUT = {
     "cross": {"default": {"kind": "hard_coded", "centre": "continuous"}, "layers": {"last": {"kind": "dot", "num_heads": 2}}},
     "decoder_ffn": [True, False, True],
 }
-# Every family in one model, several in one layer.
-ALL_FAMILIES_LAYOUT = {
-    "encoder_self": {"groups": [{"kind": "recurrent", "num_heads": 1, "max_positions": 32},
-                                {"kind": "local", "num_heads": 1, "masks": "band-1"},
-                                {"kind": "hard_retrieval", "num_heads": 1}, {"kind": "dot"}]},
-    "decoder_self": {"groups": [{"kind": "random_synthesizer", "num_heads": 2, "max_positions": 32},
-                                {"kind": "local", "num_heads": 1, "masks": "prev-1", "renormalize": True},
-                                {"kind": "hard_coded", "offsets": [0]}]},
-    "cross": [{"groups": [{"kind": "gaussian_mixture", "num_heads": 2}, {"kind": "hard_retrieval", "num_heads": 1},
-                          {"kind": "hard_coded"}]},
-              {"kind": "gaussian_mixture", "normalization": "none"}, "dot"],
-}
 LAYOUTS = [(name, None) for name in hf_simple_attn.list_presets("seq2seq")] + [
     ("mixed", MIXED_LAYOUT),
-    ("all-families", ALL_FAMILIES_LAYOUT),
 ]
 IDS = [name for name, _ in LAYOUTS]
-
-
-def make_model(preset, layout, **overrides):
-    torch.manual_seed(0)
-    kwargs = {**TINY_MARIAN, "init_std": 0.3, "length_ratio": 1.3, **overrides}
-    if layout is None:
-        config = SimpleAttnMarianConfig.from_preset(preset, **kwargs)
-    else:
-        config = SimpleAttnMarianConfig(attention_layout=layout, **kwargs)
-    return SimpleAttnMarianMTModel(config).eval()
 
 
 SOURCES = [[5, 6, 7, 8, 9, 10, 0], [11, 12, 13, 0]]

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
-from .attention_registry import AttentionContext, AttentionHeads, get_attention_family
+from .attention_registry import AttentionContext, AttentionHeads, LayerSpec, get_attention_family
 from .layout import query_key_slots
 
 
@@ -16,9 +16,10 @@ class HeadGroups(nn.Module):
 
     Shared by every model: it sees per-head queries/keys (one slot per query/key projection the
     families asked for) and per-head values, so the model decides how to name its projections.
+    The only place that builds `AttentionHeads`.
     """
 
-    def __init__(self, config, layer_spec: dict, site: str, layer_idx: int):
+    def __init__(self, config, layer_spec: LayerSpec, site: str, layer_idx: int):
         super().__init__()
         self.num_heads = layer_spec["num_heads"]
         self.head_dim = layer_spec["head_dim"]
@@ -26,11 +27,15 @@ class HeadGroups(nn.Module):
         self.groups = nn.ModuleList()
         self.head_ranges, self.slot_ranges = [], []
         head_start = slot_start = 0
-        for group_spec in layer_spec["groups"]:
+        for group_index, group_spec in enumerate(layer_spec["groups"]):
             family = get_attention_family(group_spec["kind"])
             slots = family.num_query_key_slots(group_spec)
-            group = family(group_spec, config, site, layer_idx, self.head_dim)
-            group.state_name = f"group{len(self.groups)}"
+            # The layer's rank among the site's layers that use this family (RAN's k-th layer has k - 1).
+            family_layer_idx = family.family_layers(config.attention_layout[site]).index(layer_idx)
+            group = family(
+                group_spec, config, site, layer_idx, self.head_dim,
+                group_index=group_index, family_layer_idx=family_layer_idx,
+            )
             self.groups.append(group)
             self.head_ranges.append((head_start, head_start + group_spec["num_heads"]))
             self.slot_ranges.append((slot_start, slot_start + slots))
@@ -64,37 +69,50 @@ class HeadGroups(nn.Module):
     def decoding_lookback(self, dtype: torch.dtype) -> int | None:
         """How many earlier positions a cached decoding step of every group reads (the cache may drop
         older ones), or None when some group reads the whole prefix."""
-        lookbacks = [
-            group.decoding_lookback(dtype) if hasattr(group, "decoding_lookback") else None for group in self.groups
-        ]
+        lookbacks = [group.decoding_lookback(dtype) for group in self.groups]
         return None if None in lookbacks else max(lookbacks)
 
 
-class SimpleAttention(nn.Module):
-    """A Marian-style attention sublayer (q_proj, k_proj, v_proj, out_proj) over any mix of families.
+class AttentionProjections(nn.Module):
+    """A model's attention module: the layout's head groups behind per-head query/key/value projections, named as
+    in the model's checkpoints (`query_key_names`, `value_name`).
 
-    `q_proj`/`k_proj` exist only when some group scores queries against keys, sized to the
-    query/key slots the groups need; with the `dot` layout the parameters are exactly Marian's.
+    The query/key projections exist only when some group scores queries against keys, sized to the query/key slots
+    the groups need.
     """
 
-    def __init__(self, config, layer_spec: dict, site: str, layer_idx: int):
+    query_key_names: tuple[str, str]
+    value_name: str
+
+    def __init__(self, heads: HeadGroups, hidden_size: int):
         super().__init__()
-        self.site = site
-        self.layer_idx = layer_idx
-        self.is_cross = site == "cross"
-        self.heads = HeadGroups(config, layer_spec, site, layer_idx)
-        self.head_dim = self.heads.head_dim
-        inner_dim = self.heads.num_heads * self.head_dim
-        query_key_dim = self.heads.query_key_slots * self.head_dim
+        self.heads = heads
+        self.head_dim = heads.head_dim
+        self.inner_dim = heads.num_heads * heads.head_dim
+        query_key_dim = heads.query_key_slots * heads.head_dim
         if query_key_dim:
-            self.q_proj = nn.Linear(config.d_model, query_key_dim)
-            self.k_proj = nn.Linear(config.d_model, query_key_dim)
-        self.v_proj = nn.Linear(config.d_model, inner_dim)
-        self.out_proj = nn.Linear(inner_dim, config.d_model)
+            for name in self.query_key_names:
+                self.add_module(name, nn.Linear(hidden_size, query_key_dim))
+        self.add_module(self.value_name, nn.Linear(hidden_size, self.inner_dim))
 
     def split_heads(self, states: torch.Tensor) -> torch.Tensor:
         """(batch, len, heads * head_dim) -> (batch, heads, len, head_dim)."""
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
+
+
+class SimpleAttention(AttentionProjections):
+    """A Marian-style attention sublayer (q_proj, k_proj, v_proj, out_proj) over any mix of families; with the
+    `dot` layout the parameters are exactly Marian's."""
+
+    query_key_names = ("q_proj", "k_proj")
+    value_name = "v_proj"
+
+    def __init__(self, config, layer_spec: dict, site: str, layer_idx: int):
+        super().__init__(HeadGroups(config, layer_spec, site, layer_idx), config.d_model)
+        self.site = site
+        self.layer_idx = layer_idx
+        self.is_cross = site == "cross"
+        self.out_proj = nn.Linear(self.inner_dim, config.d_model)
 
     def project_keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         value = self.split_heads(self.v_proj(source))
@@ -160,7 +178,7 @@ def set_attention_fast_paths(model: nn.Module, enabled: bool = True) -> None:
 
 def tie_query_key_projections(
     layers: nn.ModuleList,
-    layer_specs: list,
+    layer_specs: list[LayerSpec | None],
     layers_name: str,
     attention_path: str,
     projection_names: tuple[str, str],

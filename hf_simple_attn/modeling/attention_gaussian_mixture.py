@@ -34,12 +34,13 @@ import math
 import torch
 from torch import nn
 
-from .attention_dot import dot_product_scores
+from .attention_ops import attention_dropout, dot_product_scores
 from .attention_registry import (
     MAX_COMPONENTS,
     MAX_SIZE,
     AttentionContext,
     AttentionHeads,
+    GroupSpec,
     LayoutError,
     positive_int,
     register_attention,
@@ -62,6 +63,15 @@ SIGMA_FLOOR = 1e-2
 # overflow to inf.
 SYNTHESIS_EXPONENT_LIMIT = 10.0
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class GaussianMixtureSpec(GroupSpec):
+    """A `gaussian_mixture` group as `config.json` stores it."""
+
+    num_components: int
+    hidden_size: int | None  # None: head_dim
+    normalization: str
+    fusion: str
 
 
 def mixture_log_density(
@@ -111,7 +121,7 @@ class GaussianMixtureHeads(AttentionHeads):
     option_names = ("num_components", "hidden_size", "normalization", "fusion")
 
     @classmethod
-    def normalize_spec(cls, spec, site, field):
+    def normalize_spec(cls, spec: dict, site: str, field: str) -> GaussianMixtureSpec:
         spec = super().normalize_spec(spec, site, field)
         num_components = positive_int(
             spec.get("num_components", DEFAULT_NUM_COMPONENTS), f"{field}.num_components", MAX_COMPONENTS
@@ -134,8 +144,8 @@ class GaussianMixtureHeads(AttentionHeads):
             "fusion": fusion,
         }
 
-    def __init__(self, spec, config, site, layer_idx, head_dim):
-        super().__init__(spec, config, site, layer_idx, head_dim)
+    def __init__(self, spec: GaussianMixtureSpec, config, site: str, layer_idx: int, head_dim: int, **kwargs):
+        super().__init__(spec, config, site, layer_idx, head_dim, **kwargs)
         hidden_size = spec["hidden_size"] or head_dim
         num_components = spec["num_components"]
         self.omega_ffn = ParameterNetwork(head_dim, hidden_size, num_components)  # ω̂, Eq. 7
@@ -204,7 +214,15 @@ class GaussianMixtureHeads(AttentionHeads):
             return torch.softmax(log_beta.masked_fill(~real, torch.finfo(compute_dtype).min), dim=-1) * real
         return log_beta.exp() * real
 
-    def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        context: AttentionContext,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # query: (batch, heads, q_len, d); key, value: (batch, heads, k_len, d)
         batch_size, key_length = value.shape[0], value.shape[-2]
         real_keys = context.key_padding_mask
         if real_keys is None:
@@ -221,8 +239,6 @@ class GaussianMixtureHeads(AttentionHeads):
             else:
                 gate = torch.sigmoid(self.gate_ffn(query).to(beta.dtype))  # (batch, heads, q_len, 1)
                 weights = (1 - gate) * alpha + gate * beta
-        weights = weights.to(value.dtype)
-        dropout = self.config.attention_dropout if self.training else 0.0
-        weights = nn.functional.dropout(weights, p=dropout, training=self.training)
+        weights = attention_dropout(weights.to(value.dtype), self.config.attention_dropout, self.training)
         output = torch.matmul(weights, value)
         return output, (weights if output_attentions else None)

@@ -25,18 +25,21 @@ table of `weight_table`) runs when the weights are requested or `fast_path` is o
 
 import functools
 import math
-from collections import OrderedDict
 
 import torch
 
+from .attention_ops import TensorMemo, apply_table, consecutive_queries, zero_padding
 from .attention_registry import (
     MAX_DISTANCE,
     AttentionContext,
     AttentionHeads,
+    GroupSpec,
     LayoutError,
+    is_integer,
     number_in,
     positive_int,
     register_attention,
+    true_or_false,
 )
 
 
@@ -46,9 +49,19 @@ CENTRES = ("floor", "continuous")
 MIN_SIGMA, MAX_SIGMA = 1e-3, 1e3
 
 
+class HardCodedSpec(GroupSpec):
+    """A `hard_coded` group as `config.json` stores it."""
+
+    offsets: list[int]  # one per head
+    sigma: float
+    window: int | None
+    indexing: bool
+    centre: str
+
+
 # Memoised tables and kernels: at most this many bytes, least recently used dropped first.
 TABLE_MEMO_BYTES = 64 * 2**20
-_table_memo: OrderedDict = OrderedDict()
+_table_memo = TensorMemo()
 
 
 def gaussian_density(distance: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -69,42 +82,8 @@ def gaussian_radius(sigma: float, dtype: torch.dtype) -> int:
 
 
 def memoised(key: tuple, build) -> torch.Tensor:
-    """`build()` once per key, kept in `_table_memo` (bounded by `TABLE_MEMO_BYTES`).
-
-    Keys hold everything a table depends on, including whether inference mode is on: a tensor
-    made in inference mode cannot be saved for backward outside it.
-    """
-    key = key + (torch.is_inference_mode_enabled(),)
-    table = _table_memo.get(key)
-    if table is not None:
-        _table_memo.move_to_end(key)
-        return table
-    table = build()
-    _table_memo[key] = table
-    total = sum(t.numel() * t.element_size() for t in _table_memo.values())
-    while total > TABLE_MEMO_BYTES and len(_table_memo) > 1:
-        _, dropped = _table_memo.popitem(last=False)
-        total -= dropped.numel() * dropped.element_size()
-    return table
-
-
-def apply_table(table: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """table (heads, q_len, k_len) × value (batch, heads, k_len, d) -> (batch, heads, q_len, d).
-
-    One product per head over batch·d columns, so the table is never copied per example (a
-    broadcasting `matmul` expands it to (batch·heads, q_len, k_len) and keeps that copy for backward).
-    """
-    batch_size, num_heads, key_length, head_dim = value.shape
-    columns = value.permute(1, 2, 0, 3).reshape(num_heads, key_length, batch_size * head_dim)
-    return torch.bmm(table, columns).view(num_heads, -1, batch_size, head_dim).permute(2, 0, 1, 3)
-
-
-def zero_padding(value: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
-    """Values (batch, heads, k_len, d) with padded keys zeroed: the same as cutting their weights,
-    without a per-batch weight tensor."""
-    if key_padding_mask is None:
-        return value
-    return value * key_padding_mask[:, None, :, None].to(value.dtype)
+    """`build()` once per key (everything the table depends on), kept in `_table_memo` within `TABLE_MEMO_BYTES`."""
+    return _table_memo.get_or_build(key, build, TABLE_MEMO_BYTES)
 
 
 def shifted_sum(value: torch.Tensor, kernel: torch.Tensor, first_distance: int, taps: list[int]) -> torch.Tensor:
@@ -130,19 +109,20 @@ def shifted_sum(value: torch.Tensor, kernel: torch.Tensor, first_distance: int, 
 
 @register_attention("hard_coded")
 class HardCodedGaussianHeads(AttentionHeads):
+    """Fixed Gaussian weights N(j; c(i) + offset_h, σ) per head over the values; no learned scores."""
+
     option_names = ("offsets", "sigma", "window", "indexing", "centre")
-    fast_path = True  # `attention.set_attention_fast_paths(model, False)` selects the reference path
 
     @classmethod
-    def normalize_spec(cls, spec, site, field):
+    def normalize_spec(cls, spec: dict, site: str, field: str) -> HardCodedSpec:
         spec = super().normalize_spec(spec, site, field)
         offsets = spec.get("offsets", DEFAULT_OFFSETS[site])
-        if isinstance(offsets, int) and not isinstance(offsets, bool):
+        if is_integer(offsets):
             offsets = [offsets]
         if (
             not isinstance(offsets, (list, tuple))
             or not offsets
-            or any(not isinstance(o, int) or isinstance(o, bool) or abs(o) > MAX_DISTANCE for o in offsets)
+            or any(not is_integer(o) or abs(o) > MAX_DISTANCE for o in offsets)
         ):
             raise LayoutError(
                 f"{field}.offsets: expected a non-empty list of integers in [-{MAX_DISTANCE}, {MAX_DISTANCE}], "
@@ -157,9 +137,7 @@ class HardCodedGaussianHeads(AttentionHeads):
         window = spec.get("window")
         if window is not None and positive_int(window, f"{field}.window", MAX_DISTANCE) % 2 == 0:
             raise LayoutError(f"{field}.window: expected null or an odd positive integer (e.g. 3), got {window!r}")
-        indexing = spec.get("indexing", False)
-        if not isinstance(indexing, bool):
-            raise LayoutError(f"{field}.indexing: expected true or false, got {indexing!r}")
+        indexing = true_or_false(spec.get("indexing", False), f"{field}.indexing")
         if indexing and window is not None:
             raise LayoutError(f"{field}: 'indexing' and 'window' are exclusive (indexing is a window of 1 with weight 1)")
         centre = spec.get("centre", "floor")
@@ -245,23 +223,29 @@ class HardCodedGaussianHeads(AttentionHeads):
         return first, memoised(("kernel", self.spec_key(), is_causal, first, last, dtype, device), build)
 
     def decoding_lookback(self, dtype: torch.dtype) -> int | None:
-        """How many earlier positions a cached decoder self-attention step reads; the cache may drop
-        the rest (None: this group needs them all)."""
+        """A cached decoder self-attention step on the fast path reads only the kernel's reach."""
         if not self.fast_path or self.site != "decoder_self":
             return None
         return max(0, -self.first_distance(dtype))
 
-    def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
+    def forward(
+        self,
+        query: torch.Tensor | None,
+        key: torch.Tensor | None,
+        value: torch.Tensor,
+        context: AttentionContext,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # value: (batch, heads, k_len, d); query and key are None (no query/key projection)
         key_length = value.shape[-2]
         key_padding_mask = context.key_padding_mask
         if key_padding_mask is not None:
             # A decoder cache that dropped early positions holds only the last key_length keys.
             key_padding_mask = key_padding_mask[:, key_padding_mask.shape[1] - key_length :]
         positions = context.query_positions
-        start, query_length = int(positions[0]), positions.shape[0]
-        consecutive = int(positions[-1]) - start == query_length - 1  # memoised tables assume it
-        if output_attentions or not self.fast_path or not consecutive:
+        if output_attentions or not self.fast_path or not consecutive_queries(positions):
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
+        start, query_length = int(positions[0]), positions.shape[0]
         if self.site == "cross":
             table = memoised(
                 ("cross", self.spec_key(), start, query_length, key_length, value.dtype, value.device),

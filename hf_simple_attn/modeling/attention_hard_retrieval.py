@@ -20,7 +20,7 @@ The parameters are exactly those of `dot`, so a model trained with one can decod
 
 import torch
 
-from .attention_dot import dot_product_scores
+from .attention_ops import dot_product_scores, scaled_scores, sees_every_key
 from .attention_registry import AttentionContext, AttentionHeads, register_attention
 
 
@@ -56,9 +56,15 @@ class HardRetrievalHeads(AttentionHeads):
     """One-hot attention: sampled from softmax(QKᵀ/√d) in training, argmax of QKᵀ at inference."""
 
     uses_query_key = True
-    fast_path = True  # `attention.set_attention_fast_paths(model, False)` selects the reference path
 
-    def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        context: AttentionContext,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # query: (batch, heads, q_len, d); key, value: (batch, heads, k_len, d)
         if self.fast_path and not (self.training or output_attentions):
             return self.retrieve_best(query, key, value, context), None
@@ -79,11 +85,12 @@ class HardRetrievalHeads(AttentionHeads):
         one_hot = torch.zeros_like(scores).scatter_(-1, index[..., None], 1.0) * has_key
         return output, one_hot
 
-    def retrieve_best(self, query, key, value, context: AttentionContext) -> torch.Tensor:
+    def retrieve_best(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, context: AttentionContext
+    ) -> torch.Tensor:
         """Inference: the value of the highest-scoring allowed key, (batch, heads, q_len, d)."""
-        scores = torch.matmul(query, key.transpose(-1, -2)) * query.shape[-1] ** -0.5  # (batch, heads, q, k)
-        # Without padding, a non-causal query or the single (last) query of a decoding step sees every key.
-        if context.key_padding_mask is None and (not context.is_causal or query.shape[-2] == 1):
+        scores = scaled_scores(query, key)  # (batch, heads, q_len, k_len)
+        if sees_every_key(context, query.shape[-2]):
             return retrieve(value, scores.argmax(dim=-1))
         allowed = context.allowed_keys(key.shape[-2])  # (batch or 1, 1, q_len, k_len)
         index = scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min).argmax(dim=-1)

@@ -38,17 +38,18 @@ elementwise product per distance, and sums the values the same way: O(n·taps) t
 import re
 
 import torch
-from torch import nn
 
-from .attention_dot import additive_mask
+from .attention_ops import additive_mask, attention_dropout, consecutive_queries, scaled_scores
 from .attention_registry import (
     MAX_DISTANCE,
     MAX_HEADS,
     AttentionContext,
     AttentionHeads,
+    GroupSpec,
     LayoutError,
     positive_int,
     register_attention,
+    true_or_false,
 )
 
 
@@ -57,6 +58,14 @@ from .attention_registry import (
 ALL_SEVEN_MASKS = ["identity", "prev-1", "next-1", "band-1", "prev-2", "next-2", "band-2", "identity"]
 MASK_PATTERN = re.compile(r"(prev|next|band)-(\d+)|identity|global")
 VALID_MASKS = f"'prev-<k>', 'next-<k>', 'band-<k>' (k an integer in [1, {MAX_DISTANCE}]), 'identity', 'global'"
+
+
+class LocalSpec(GroupSpec):
+    """A `local` group as `config.json` stores it."""
+
+    masks: list[str]  # one per head
+    query_key_sets: int
+    renormalize: bool
 
 
 def parse_mask(name: str) -> tuple[str, int]:
@@ -137,10 +146,9 @@ class LocalMaskHeads(AttentionHeads):
     sites = ("encoder_self", "decoder_self")
     uses_query_key = True
     option_names = ("masks", "query_key_sets", "heads_per_query_key_set", "renormalize")
-    fast_path = True  # `attention.set_attention_fast_paths(model, False)` selects the reference path
 
     @classmethod
-    def normalize_spec(cls, spec, site, field):
+    def normalize_spec(cls, spec: dict, site: str, field: str) -> LocalSpec:
         spec = super().normalize_spec(spec, site, field)
         num_heads = spec["num_heads"]
         masks = spec.get("masks", ALL_SEVEN_MASKS)
@@ -160,23 +168,20 @@ class LocalMaskHeads(AttentionHeads):
             query_key_sets = positive_int(spec.get("query_key_sets", num_heads), f"{field}.query_key_sets", MAX_HEADS)
             query_key_sets = min(query_key_sets, num_heads)
 
-        renormalize = spec.get("renormalize", False)
-        if not isinstance(renormalize, bool):
-            raise LayoutError(f"{field}.renormalize: expected true or false, got {renormalize!r}")
         return {
             "kind": spec["kind"],
             "num_heads": num_heads,
             "masks": [masks[h % len(masks)] for h in range(num_heads)],
             "query_key_sets": query_key_sets,
-            "renormalize": renormalize,
+            "renormalize": true_or_false(spec.get("renormalize", False), f"{field}.renormalize"),
         }
 
     @classmethod
-    def num_query_key_slots(cls, spec):
+    def num_query_key_slots(cls, spec: LocalSpec) -> int:
         return spec["query_key_sets"]
 
-    def __init__(self, spec, config, site, layer_idx, head_dim):
-        super().__init__(spec, config, site, layer_idx, head_dim)
+    def __init__(self, spec: LocalSpec, config, site: str, layer_idx: int, head_dim: int, **kwargs):
+        super().__init__(spec, config, site, layer_idx, head_dim, **kwargs)
         sets = spec["query_key_sets"]
         # Contiguous sets as equal as possible, the first ones larger: 5 heads in 3 sets -> 2, 2, 1.
         self.heads_per_set = [self.num_heads // sets + (index < self.num_heads % sets) for index in range(sets)]
@@ -192,17 +197,27 @@ class LocalMaskHeads(AttentionHeads):
         repeats = torch.tensor(self.heads_per_set, device=per_set.device)
         return per_set.repeat_interleave(repeats, dim=1, output_size=self.num_heads)
 
-    def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        context: AttentionContext,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # query: (batch, sets, q_len, d); key: (batch, sets, k_len, d); value: (batch, heads, k_len, d)
-        if self.fast_path and self.taps is not None and not output_attentions:
-            positions = context.query_positions
-            if int(positions[-1]) - int(positions[0]) == positions.shape[0] - 1:  # consecutive queries
-                return self.banded(query, key, value, context), None
+        if (
+            self.fast_path
+            and self.taps is not None
+            and not output_attentions
+            and consecutive_queries(context.query_positions)
+        ):
+            return self.banded(query, key, value, context), None
         key_length = key.shape[-2]
         allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q_len, k_len)
         local = local_masks(self.spec["masks"], context.query_positions, key_length)[None]  # (1, heads, q_len, k_len)
         keep = allowed & local
-        scores = torch.matmul(query, key.transpose(-1, -2)) * self.head_dim**-0.5  # (batch, sets, q_len, k_len)
+        scores = scaled_scores(query, key)  # (batch, sets, q_len, k_len)
         if self.spec["renormalize"]:
             scores = self.expand_sets_to_heads(scores)
             weights = torch.softmax(scores + additive_mask(keep, scores.dtype), dim=-1)
@@ -211,10 +226,7 @@ class LocalMaskHeads(AttentionHeads):
             weights = torch.softmax(scores + additive_mask(allowed, scores.dtype), dim=-1)
             weights = self.expand_sets_to_heads(weights)
         # Exact zeros outside each head's pattern; also empties rows with no allowed key at all.
-        weights = weights * keep
-        weights = nn.functional.dropout(
-            weights, p=self.config.attention_dropout if self.training else 0.0, training=self.training
-        )
+        weights = attention_dropout(weights * keep, self.config.attention_dropout, self.training)
         output = torch.matmul(weights, value)  # (batch, heads, q_len, d)
         return output, weights if output_attentions else None
 
@@ -239,9 +251,7 @@ class LocalMaskHeads(AttentionHeads):
             keep = keep & real.bool()  # (batch, heads, q_len, taps)
         # As the reference: softmax over the kept keys, and rows without any kept key all zero.
         weights = torch.softmax(scores.masked_fill(~keep, torch.finfo(scores.dtype).min), dim=-1) * keep
-        weights = nn.functional.dropout(
-            weights, p=self.config.attention_dropout if self.training else 0.0, training=self.training
-        )
+        weights = attention_dropout(weights, self.config.attention_dropout, self.training)
         output = None
         for index, distance in enumerate(self.taps):
             term = weights[..., index, None] * shifted_keys(value, first_query, query_length, distance)

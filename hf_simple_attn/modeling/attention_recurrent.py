@@ -26,20 +26,23 @@ position t uses row t. Values and the output are projected as usual; there is no
 projection. Inputs longer than `max_positions` raise a `ValueError`.
 """
 
-from collections import OrderedDict
-
 import torch
 from torch import nn
 from transformers import initialization as init
 
-from .attention_hard_coded import apply_table
+from .attention_ops import TensorMemo, apply_table, attention_dropout, consecutive_queries
 from .attention_registry import (
     MAX_SIZE,
     AttentionContext,
     AttentionHeads,
+    AttentionStackState,
+    GroupSpec,
+    LayerSpec,
     LayoutError,
+    is_number,
     positive_int,
     register_attention,
+    true_or_false,
 )
 
 
@@ -54,6 +57,22 @@ STACK_OPTIONS = (
 )
 
 
+class PositionLogitsSpec(GroupSpec):
+    """A `random_synthesizer` group as `config.json` stores it; the options both families have."""
+
+    max_positions: int
+    attention_dropout: float | None  # None: config.attention_dropout
+
+
+class RecurrentSpec(PositionLogitsSpec):
+    """A `recurrent` group as `config.json` stores it."""
+
+    transition: str
+    transition_ffn_dim: int | None  # the `ffn` transition's hidden size
+    layer_norm_residual: bool
+    freeze_initial: bool
+
+
 def normalize_max_positions(spec: dict, field: str) -> int:
     return positive_int(spec.get("max_positions", DEFAULT_MAX_POSITIONS), f"{field}.max_positions", MAX_SIZE)
 
@@ -62,19 +81,12 @@ def normalize_attention_dropout(spec: dict, field: str, default: float | None) -
     dropout = spec.get("attention_dropout", default)
     if dropout is None:
         return None
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+    if not is_number(dropout) or not 0 <= dropout < 1:
         raise LayoutError(
             f"{field}.attention_dropout: expected a probability in [0, 1) or null (use config.attention_dropout), "
             f"got {dropout!r}"
         )
     return float(dropout)
-
-
-def normalize_bool(spec: dict, name: str, default: bool, field: str) -> bool:
-    value = spec.get(name, default)
-    if not isinstance(value, bool):
-        raise LayoutError(f"{field}.{name}: expected true or false, got {value!r}")
-    return value
 
 
 def check_sequence_length(length: int, max_positions: int, kind: str, site: str) -> None:
@@ -113,7 +125,7 @@ def attend_with_position_logits(
     weights = position_weights(logits, context, value.shape[-2], value.dtype)
     if training and dropout > 0:
         # One dropout mask per example, not one shared by the batch.
-        weights = nn.functional.dropout(weights.expand(batch_size, -1, -1, -1), p=dropout, training=True)
+        weights = attention_dropout(weights.expand(batch_size, -1, -1, -1), dropout, training)
     output = torch.matmul(weights, value)
     if not output_attentions:
         return output, None
@@ -149,7 +161,7 @@ class FeedForwardTransition(nn.Module):
         return logits + self.fc2(torch.relu(self.fc1(logits)))
 
 
-class RecurrentAttentionState(nn.Module):
+class RecurrentAttentionState(AttentionStackState):
     """A0 and the transition of one stack; gives the k-th RAN layer its logits A_k.
 
     When no gradient is needed (inference, `generate`), all layers' logits are computed once and
@@ -160,7 +172,7 @@ class RecurrentAttentionState(nn.Module):
     that layer recomputes everything the layer used (k transitions for the k-th layer).
     """
 
-    def __init__(self, spec: dict, num_layers: int):
+    def __init__(self, spec: RecurrentSpec, num_layers: int):
         super().__init__()
         self.num_layers = num_layers
         num_heads, max_positions = spec["num_heads"], spec["max_positions"]
@@ -178,7 +190,7 @@ class RecurrentAttentionState(nn.Module):
         self._cache_key = None
         self._cached_logits = None
 
-    def init_attention_weights(self):
+    def init_attention_weights(self) -> None:
         # As the public code: Xavier-uniform over (heads, M, M).
         init.xavier_uniform_(self.initial_logits)
 
@@ -224,8 +236,7 @@ class PositionWeightsMemo:
         self.max_bytes = max_bytes
         self.logits = None  # kept alive, so that its identity cannot pass to a new tensor
         self.version = None
-        self.weights = OrderedDict()
-        self.bytes = 0
+        self.weights = TensorMemo()
 
     def get(self, logits: torch.Tensor, context: AttentionContext, key_length: int, dtype) -> torch.Tensor:
         # Inference tensors (RAN logits cached in inference mode) have no version counter; RAN makes
@@ -233,20 +244,12 @@ class PositionWeightsMemo:
         in_place_updates = None if logits.is_inference() else logits._version
         version = (in_place_updates, logits.device, logits.dtype, torch.is_inference_mode_enabled())
         if self.logits is not logits or self.version != version:
-            self.logits, self.version, self.weights, self.bytes = logits, version, OrderedDict(), 0
+            self.logits, self.version, self.weights = logits, version, TensorMemo()
         positions = context.query_positions
         key = (int(positions[0]), positions.shape[0], key_length, context.is_causal, dtype)
-        weights = self.weights.get(key)
-        if weights is not None:
-            self.weights.move_to_end(key)
-            return weights
-        weights = position_weights(logits, context, key_length, dtype)
-        self.weights[key] = weights
-        self.bytes += weights.numel() * weights.element_size()
-        while self.bytes > self.max_bytes and len(self.weights) > 1:
-            _, dropped = self.weights.popitem(last=False)
-            self.bytes -= dropped.numel() * dropped.element_size()
-        return weights
+        return self.weights.get_or_build(
+            key, lambda: position_weights(logits, context, key_length, dtype), self.max_bytes
+        )
 
 
 class PositionLogitsHeads(AttentionHeads):
@@ -260,12 +263,10 @@ class PositionLogitsHeads(AttentionHeads):
 
     sites = SELF_ATTENTION_SITES
     uses_query_key = False
-    default_attention_dropout: float | None = None
-    fast_path = True  # `attention.set_attention_fast_paths(model, False)` selects the reference path
     memo_bytes = 16 * 2**20  # the memoised weights of one layer stay below this size
 
-    def __init__(self, spec, config, site, layer_idx, head_dim):
-        super().__init__(spec, config, site, layer_idx, head_dim)
+    def __init__(self, spec: PositionLogitsSpec, config, site: str, layer_idx: int, head_dim: int, **kwargs):
+        super().__init__(spec, config, site, layer_idx, head_dim, **kwargs)
         self.clear_memo()
 
     @property
@@ -284,16 +285,23 @@ class PositionLogitsHeads(AttentionHeads):
     def clear_memo(self) -> None:
         self.weights_memo = PositionWeightsMemo(self.memo_bytes)
 
-    def forward(self, query, key, value, context: AttentionContext, output_attentions=False):
+    def forward(
+        self,
+        query: torch.Tensor | None,
+        key: torch.Tensor | None,
+        value: torch.Tensor,
+        context: AttentionContext,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # value: (batch, heads, k_len, d); query and key are None (no query/key projection)
         check_sequence_length(value.shape[-2], self.spec["max_positions"], self.kind, self.site)
         logits = self.position_logits(context)
-        positions = context.query_positions
         if (
             self.fast_path
             and not (self.training or output_attentions)
             and not (torch.is_grad_enabled() and logits.requires_grad)
             and context.key_padding_mask is None
-            and int(positions[-1]) - int(positions[0]) == positions.shape[0] - 1
+            and consecutive_queries(context.query_positions)
         ):
             weights = self.weights_memo.get(logits, context, value.shape[-2], value.dtype)
             return apply_table(weights[0], value), None
@@ -316,7 +324,7 @@ class RecurrentHeads(PositionLogitsHeads):
     )
 
     @classmethod
-    def normalize_spec(cls, spec, site, field):
+    def normalize_spec(cls, spec: dict, site: str, field: str) -> RecurrentSpec:
         spec = super().normalize_spec(spec, site, field)
         transition = spec.get("transition", "tanh_ln")
         if transition not in TRANSITIONS:
@@ -329,7 +337,7 @@ class RecurrentHeads(PositionLogitsHeads):
                 f"{field}.transition_ffn_dim: only the 'ffn' transition has a hidden layer; "
                 f"leave it out with transition 'tanh_ln', got {ffn_dim!r}"
             )
-        layer_norm_residual = normalize_bool(spec, "layer_norm_residual", True, field)
+        layer_norm_residual = true_or_false(spec.get("layer_norm_residual", True), f"{field}.layer_norm_residual")
         if transition == "ffn" and not layer_norm_residual:
             raise LayoutError(
                 f"{field}.layer_norm_residual: false (the paper's 'w/o LN&RES' ablation) applies to the 'tanh_ln' "
@@ -342,13 +350,13 @@ class RecurrentHeads(PositionLogitsHeads):
             "transition": transition,
             "transition_ffn_dim": ffn_dim,
             "layer_norm_residual": layer_norm_residual,
-            "freeze_initial": normalize_bool(spec, "freeze_initial", False, field),
+            "freeze_initial": true_or_false(spec.get("freeze_initial", False), f"{field}.freeze_initial"),
             # The paper trains RAN with attention dropout 0.2.
             "attention_dropout": normalize_attention_dropout(spec, field, default=0.2),
         }
 
     @classmethod
-    def stack_groups(cls, layer_specs: list) -> list[tuple[int, int, dict]]:
+    def stack_groups(cls, layer_specs: list[LayerSpec | None]) -> list[tuple[int, int, RecurrentSpec]]:
         """(layer index, group index, group spec) of every RAN group of a stack, in layer order."""
         return [
             (layer_index, group_index, group)
@@ -359,7 +367,7 @@ class RecurrentHeads(PositionLogitsHeads):
         ]
 
     @classmethod
-    def validate_site(cls, layer_specs, site):
+    def validate_site(cls, layer_specs: list[LayerSpec | None], site: str) -> None:
         """Every RAN layer of a stack shares one A0 and one transition, so they must agree on `STACK_OPTIONS`."""
         groups = cls.stack_groups(layer_specs)
         for layer_index in {layer for layer, _, _ in groups}:
@@ -385,30 +393,24 @@ class RecurrentHeads(PositionLogitsHeads):
                     )
 
     @classmethod
-    def build_stack_state(cls, config, site, layer_specs):
+    def build_stack_state(
+        cls, config, site: str, layer_specs: list[LayerSpec | None]
+    ) -> RecurrentAttentionState | None:
         """One `RecurrentAttentionState` for the stack (the layout was checked by `validate_site`)."""
         groups = cls.stack_groups(layer_specs)
         if not groups:
             return None
         return RecurrentAttentionState(groups[0][2], num_layers=len(groups))
 
-    def __init__(self, spec, config, site, layer_idx, head_dim):
-        super().__init__(spec, config, site, layer_idx, head_dim)
-        # This layer's rank among the stack's RAN layers: it attends with A_{recurrent_layer + 1}.
-        self.recurrent_layer = sum(
-            1
-            for layer_spec in config.attention_layout[site][:layer_idx]
-            if layer_spec is not None and any(group["kind"] == self.kind for group in layer_spec["groups"])
-        )
-
-    def position_logits(self, context):
-        state_name = f"{self.site}_{self.kind}"
-        if context.stack_state is None or state_name not in context.stack_state:
+    def position_logits(self, context: AttentionContext) -> torch.Tensor:
+        # This layer is the stack's RAN layer number family_layer_idx + 1: it attends with A_{family_layer_idx + 1}.
+        state_key = self.stack_state_key(self.site)
+        if context.stack_state is None or state_key not in context.stack_state:
             raise RuntimeError(
-                f"{self.kind} attention needs the stack state {state_name!r} (A0 and the transition) built by "
+                f"{self.kind} attention needs the stack state {state_key!r} (A0 and the transition) built by "
                 "`build_stack_state`; the model must pass it in `AttentionContext.stack_state`"
             )
-        return context.stack_state[state_name].layer_logits(self.recurrent_layer)
+        return context.stack_state[state_key].layer_logits(self.family_layer_idx)
 
 
 @register_attention("random_synthesizer")
@@ -418,7 +420,7 @@ class RandomSynthesizerHeads(PositionLogitsHeads):
     option_names = ("max_positions", "attention_dropout")
 
     @classmethod
-    def normalize_spec(cls, spec, site, field):
+    def normalize_spec(cls, spec: dict, site: str, field: str) -> PositionLogitsSpec:
         spec = super().normalize_spec(spec, site, field)
         return {
             "kind": spec["kind"],
@@ -428,13 +430,13 @@ class RandomSynthesizerHeads(PositionLogitsHeads):
             "attention_dropout": normalize_attention_dropout(spec, field, default=None),
         }
 
-    def __init__(self, spec, config, site, layer_idx, head_dim):
-        super().__init__(spec, config, site, layer_idx, head_dim)
+    def __init__(self, spec: PositionLogitsSpec, config, site: str, layer_idx: int, head_dim: int, **kwargs):
+        super().__init__(spec, config, site, layer_idx, head_dim, **kwargs)
         max_positions = spec["max_positions"]
         self.logits = nn.Parameter(torch.zeros(self.num_heads, max_positions, max_positions))
 
-    def init_attention_weights(self):
+    def init_attention_weights(self) -> None:
         init.xavier_uniform_(self.logits)
 
-    def position_logits(self, context):
+    def position_logits(self, context: AttentionContext) -> torch.Tensor:
         return self.logits

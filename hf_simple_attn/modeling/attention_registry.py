@@ -7,6 +7,7 @@ queries, keys and values of its group into per-head outputs and weights.
 """
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 from torch import nn
@@ -28,9 +29,35 @@ class LayoutError(ValueError):
     """A bad attention layout (or config size it depends on); the message names the field and the valid choices."""
 
 
+class GroupSpec(TypedDict):
+    """One expanded head group, as `config.json` stores it: the family's `normalize_spec` adds its options."""
+
+    kind: str
+    num_heads: int
+
+
+class LayerSpec(TypedDict):
+    """One expanded layer of a site (an absent sublayer is `None`): its heads split into contiguous groups."""
+
+    num_heads: int
+    head_dim: int
+    groups: list[GroupSpec]
+    share_query_key_with: int | None  # index of the earlier layer whose query/key projections it uses
+
+
+def is_integer(value) -> bool:
+    """Whether `value` is an integer; JSON's true/false are not, although Python's bool is an int."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """Whether `value` is an integer or a float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def positive_int(value, field: str, maximum: int | None = None) -> int:
     """`value` if it is an integer (not a bool) in [1, maximum]; else a `LayoutError` naming `field`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (maximum is not None and value > maximum):
+    if not is_integer(value) or value < 1 or (maximum is not None and value > maximum):
         limit = "" if maximum is None else f" <= {maximum}"
         raise LayoutError(f"{field}: expected a positive integer{limit}, got {value!r}")
     return value
@@ -41,9 +68,16 @@ def number_in(value, field: str, minimum: float, maximum: float) -> float:
 
     NaN and infinities fail the comparison; integers too large for a float are compared, never converted.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+    if not is_number(value) or not minimum <= value <= maximum:
         raise LayoutError(f"{field}: expected a number in [{minimum:g}, {maximum:g}], got {value!r}")
     return float(value)
+
+
+def true_or_false(value, field: str) -> bool:
+    """`value` if it is a bool; else a `LayoutError` naming `field`."""
+    if not isinstance(value, bool):
+        raise LayoutError(f"{field}: expected true or false, got {value!r}")
+    return value
 
 
 def register_attention(name: str):
@@ -72,7 +106,8 @@ class AttentionContext:
     key_padding_mask: (batch, key_len) bool, True at real tokens; None when nothing is padded.
     query_positions: (query_len,) long, absolute positions of the queries (cache offset included).
     is_causal: whether a query may only see keys at positions <= its own.
-    stack_state: modules shared by all layers of one stack, by family (see `build_stack_state`).
+    stack_state: modules shared by all layers of one stack, by `AttentionHeads.stack_state_key`
+        (see `build_stack_state`).
     decoding_state: while decoding with a cache, this sublayer's dict of batch-first tensors kept
         from one step to the next (beam search reorders them); None without a cache. A group
         stores under its own `state_name`.
@@ -96,33 +131,57 @@ class AttentionContext:
         return allowed
 
 
+class AttentionStackState(nn.Module):
+    """Base class of what a family shares across the layers of one stack (`AttentionHeads.build_stack_state`)."""
+
+    def init_attention_weights(self) -> None:
+        """Initialise raw `nn.Parameter`s and buffers (see `AttentionHeads.init_attention_weights`)."""
+
+
 class AttentionHeads(nn.Module):
     """Base class of a family: computes the outputs of one group of heads.
 
     Subclasses set `sites` (where the family may be used), `uses_query_key` (whether the group
-    needs query/key projections), `option_names`, and implement `normalize_spec` and `forward`.
-    A module with raw `nn.Parameter`s or buffers (here or in a stack state) defines
-    `init_attention_weights()`, which the model's `_init_weights` calls: `from_pretrained`
-    builds on the meta device and initialises missing tensors only through that hook.
+    needs query/key projections), `option_names`, and implement `normalize_spec` and `forward`;
+    the other methods have defaults that fit a family without stack state, cached decoding
+    state, raw parameters or a separate fast path. `HeadGroups` is the only builder of groups.
+
+    spec: the group's normalised spec; layer_idx: the layer's index in its stack; group_index:
+    the group's index in its layer; family_layer_idx: how many earlier layers of the site have a
+    group of this family (RAN's k-th layer of a stack has k - 1).
     """
 
     kind: str = ""
-    state_name: str = ""  # key of this group's entries in `AttentionContext.decoding_state`
     sites: tuple[str, ...] = SITES
     uses_query_key: bool = False
     option_names: tuple[str, ...] = ()
+    # Families with a fast path run it when True, their reference path when False (the path used for the
+    # weights); `attention.set_attention_fast_paths` switches every group of a model.
+    fast_path: bool = True
 
-    def __init__(self, spec: dict, config, site: str, layer_idx: int, head_dim: int):
+    def __init__(
+        self,
+        spec: GroupSpec,
+        config,
+        site: str,
+        layer_idx: int,
+        head_dim: int,
+        *,
+        group_index: int = 0,
+        family_layer_idx: int = 0,
+    ):
         super().__init__()
         self.spec = spec
         self.config = config
         self.site = site
         self.layer_idx = layer_idx
+        self.family_layer_idx = family_layer_idx
         self.num_heads = spec["num_heads"]
         self.head_dim = head_dim
+        self.state_name = f"group{group_index}"  # key of this group's entries in `AttentionContext.decoding_state`
 
     @classmethod
-    def normalize_spec(cls, spec: dict, site: str, field: str) -> dict:
+    def normalize_spec(cls, spec: dict, site: str, field: str) -> GroupSpec:
         """Validate a group spec and fill in defaults; raise `LayoutError` naming `field` on bad input.
 
         `spec` has `kind` and `num_heads`; the default accepts no further options.
@@ -137,18 +196,42 @@ class AttentionHeads(nn.Module):
         return dict(spec)
 
     @classmethod
-    def num_query_key_slots(cls, spec: dict) -> int:
+    def num_query_key_slots(cls, spec: GroupSpec) -> int:
         """How many per-head query/key projections this group needs from the sublayer."""
         return spec["num_heads"] if cls.uses_query_key else 0
 
     @classmethod
-    def validate_site(cls, layer_specs: list, site: str) -> None:
+    def validate_site(cls, layer_specs: list[LayerSpec | None], site: str) -> None:
         """Check rules that span the layers of a site (called at config time with the expanded specs)."""
 
     @classmethod
-    def build_stack_state(cls, config, site: str, layer_specs: list) -> nn.Module | None:
+    def family_layers(cls, layer_specs: list[LayerSpec | None]) -> list[int]:
+        """Indices of the layers of a site (its expanded specs) that have a group of this family."""
+        return [
+            index
+            for index, spec in enumerate(layer_specs)
+            if spec is not None and any(group["kind"] == cls.kind for group in spec["groups"])
+        ]
+
+    @classmethod
+    def stack_state_key(cls, site: str) -> str:
+        """The key of this family's module in `AttentionContext.stack_state` (and the state dict) for `site`."""
+        return f"{site}_{cls.kind}"
+
+    @classmethod
+    def build_stack_state(cls, config, site: str, layer_specs: list[LayerSpec | None]) -> AttentionStackState | None:
         """A module shared by all layers of one stack (e.g. RAN's initial matrices), or None."""
         return None
+
+    def decoding_lookback(self, dtype: torch.dtype) -> int | None:
+        """How many earlier positions a cached decoding step of this group reads, so that the cache may drop
+        older ones; None when it reads the whole prefix."""
+        return None
+
+    def init_attention_weights(self) -> None:
+        """Initialise the raw `nn.Parameter`s and buffers of the group (`nn.Linear` and the like are initialised
+        by the model). The models' `_init_weights` call it: `from_pretrained` builds on the meta device and
+        initialises missing tensors only through that hook."""
 
     def forward(
         self,

@@ -18,8 +18,9 @@ spec per layer, which is what `config.json` stores. Compact forms, per site
 `encoder_ffn` / `decoder_ffn` switch feed-forward blocks on or off: a bool, a list of bools or
 `{"default": bool, "layers": {<selector>: bool}}`.
 
-The expanded layer spec is `None` (no sublayer) or
-`{"num_heads": H, "head_dim": d, "groups": [{"kind": ..., "num_heads": n, ...}], "share_query_key_with": int | None}`.
+The expanded layer spec is `None` (no sublayer) or a `LayerSpec`
+`{"num_heads": H, "head_dim": d, "groups": [{"kind": ..., "num_heads": n, ...}], "share_query_key_with": int | None}`,
+each group a `GroupSpec` with the options its family's `normalize_spec` fills in.
 """
 
 import re
@@ -37,9 +38,13 @@ from .attention_registry import (
     MAX_HEADS,
     MAX_SIZE,
     SITES,
+    GroupSpec,
+    LayerSpec,
     LayoutError,
     get_attention_family,
+    is_integer,
     positive_int,
+    true_or_false,
 )
 
 
@@ -53,7 +58,7 @@ LAYER_KEYS = ("kind", "groups", "num_heads", "head_dim", "share_query_key_with")
 
 def select_layers(selector, num_layers: int, field: str) -> list[int]:
     """Layer indices picked by a depth-scaling selector (see the module docstring)."""
-    if isinstance(selector, int) and not isinstance(selector, bool):
+    if is_integer(selector):
         selector = str(selector)
     if not isinstance(selector, str):
         raise LayoutError(f"{field}: a layer selector must be a string, got {selector!r}; valid: {list(NAMED_SELECTORS)}")
@@ -117,14 +122,14 @@ def expand_per_layer(value, num_layers: int, field: str, is_leaf, default) -> li
     return [value] * num_layers
 
 
-def normalize_group(group, site: str, field: str) -> dict:
+def normalize_group(group, site: str, field: str) -> GroupSpec:
     if not isinstance(group, dict) or "kind" not in group:
         raise LayoutError(f"{field}: each head group needs a 'kind'; valid kinds: {sorted(ATTENTION_FAMILIES)}")
     family = get_attention_family(group["kind"], f"{field}.kind")
     return family.normalize_spec(group, site, field)
 
 
-def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, field: str) -> dict | None:
+def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, field: str) -> LayerSpec | None:
     """Expand one layer's spec to the explicit form, or None for an absent sublayer."""
     if spec is None or spec == "none":
         return None
@@ -191,14 +196,14 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
     }
 
 
-def query_key_slots(layer_spec: dict | None) -> int:
+def query_key_slots(layer_spec: LayerSpec | None) -> int:
     """How many per-head query/key projections a layer needs."""
     if layer_spec is None:
         return 0
     return sum(get_attention_family(g["kind"]).num_query_key_slots(g) for g in layer_spec["groups"])
 
 
-def apply_query_key_ties(site_value, layers: list, field: str) -> None:
+def apply_query_key_ties(site_value, layers: list[LayerSpec | None], field: str) -> None:
     """Resolve `tie_query_key` (and check explicit `share_query_key_with`) on expanded layers."""
     if isinstance(site_value, dict) and "tie_query_key" in site_value:
         tied = select_layers(site_value["tie_query_key"], len(layers), f"{field}.tie_query_key")
@@ -210,7 +215,7 @@ def apply_query_key_ties(site_value, layers: list, field: str) -> None:
             continue
         source = layer["share_query_key_with"]
         where = f"{field}[{index}].share_query_key_with"
-        if isinstance(source, bool) or not isinstance(source, int) or not 0 <= source < index:
+        if not is_integer(source) or not 0 <= source < index:
             raise LayoutError(f"{where}: expected the index of an earlier layer (0..{index - 1}), got {source!r}")
         if layers[source] is None or layers[source]["share_query_key_with"] is not None:
             raise LayoutError(f"{where}: layer {source} must have its own query/key projections to share them")
@@ -225,10 +230,7 @@ def apply_query_key_ties(site_value, layers: list, field: str) -> None:
 
 def normalize_ffn(value, num_layers: int, field: str) -> list[bool]:
     flags = expand_per_layer(True if value is None else value, num_layers, field, lambda v: isinstance(v, bool), True)
-    for index, flag in enumerate(flags):
-        if not isinstance(flag, bool):
-            raise LayoutError(f"{field}[{index}]: expected true or false, got {flag!r}")
-    return flags
+    return [true_or_false(flag, f"{field}[{index}]") for index, flag in enumerate(flags)]
 
 
 def normalize_layout(

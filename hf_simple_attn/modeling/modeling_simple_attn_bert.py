@@ -29,34 +29,21 @@ from transformers.models.bert.modeling_bert import (
 from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import can_return_tuple
 
-from .attention import HeadGroups, tie_query_key_projections
+from .attention import AttentionProjections, HeadGroups, tie_query_key_projections
 from .attention_registry import AttentionContext
 from .configuration_simple_attn_bert import SimpleAttnBertConfig
-from .modeling_simple_attn_marian import SimpleAttnPreTrainedModel
+from .modeling_simple_attn_common import SimpleAttnBasePreTrainedModel
 from .stack import build_stack_state, check_inputs, prefixed, run_encoder_layers
 
 
-BERT_QUERY_KEY_NAMES = ("query", "key")
+class SimpleAttnBertSelfAttention(AttentionProjections):
+    """BERT's `attention.self` over any mix of families, with BERT's projection names."""
 
-
-class SimpleAttnBertSelfAttention(nn.Module):
-    """BERT's `attention.self` over any mix of families: `query`/`key` (only when some head group
-    scores queries against keys, sized to the query/key slots the groups need) and `value`."""
+    query_key_names = ("query", "key")
+    value_name = "value"
 
     def __init__(self, config: SimpleAttnBertConfig, layer_spec: dict, layer_idx: int):
-        super().__init__()
-        self.heads = HeadGroups(config, layer_spec, "encoder_self", layer_idx)
-        self.head_dim = self.heads.head_dim
-        self.inner_dim = self.heads.num_heads * self.head_dim
-        query_key_dim = self.heads.query_key_slots * self.head_dim
-        if query_key_dim:
-            self.query = nn.Linear(config.hidden_size, query_key_dim)
-            self.key = nn.Linear(config.hidden_size, query_key_dim)
-        self.value = nn.Linear(config.hidden_size, self.inner_dim)
-
-    def split_heads(self, states: torch.Tensor) -> torch.Tensor:
-        """(batch, len, heads * head_dim) -> (batch, heads, len, head_dim)."""
-        return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
+        super().__init__(HeadGroups(config, layer_spec, "encoder_self", layer_idx), config.hidden_size)
 
     def forward(
         self, hidden_states: torch.Tensor, context: AttentionContext, output_attentions: bool = False
@@ -138,7 +125,11 @@ class SimpleAttnBertEncoder(nn.Module):
         self.layer = nn.ModuleList([SimpleAttnBertLayer(config, index) for index in range(config.num_hidden_layers)])
         self.attention_state = build_stack_state(config, ("encoder_self",))
         self.tied_query_key = tie_query_key_projections(
-            self.layer, config.attention_layout["encoder_self"], "layer", "attention.self", BERT_QUERY_KEY_NAMES
+            self.layer,
+            config.attention_layout["encoder_self"],
+            "layer",
+            "attention.self",
+            SimpleAttnBertSelfAttention.query_key_names,
         )
 
     def forward(
@@ -154,9 +145,8 @@ class SimpleAttnBertEncoder(nn.Module):
         )
 
 
-class SimpleAttnBertPreTrainedModel(SimpleAttnPreTrainedModel):
-    """BERT's weight initialisation on top of the shared hooks (families' `init_attention_weights`,
-    `save_pretrained` shipping the modeling folder)."""
+class SimpleAttnBertPreTrainedModel(SimpleAttnBasePreTrainedModel):
+    """BERT's weight initialisation (MLM bias, position and token type buffers) on top of the shared base."""
 
     config_class = SimpleAttnBertConfig
     base_model_prefix = "bert"

@@ -5,13 +5,11 @@ With the `base` layout every parameter has the name and shape it has in transfor
 """
 
 import math
-import os
-import shutil
 
 import torch
 from torch import nn
 from torch.nn import CrossEntropyLoss
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
@@ -29,6 +27,7 @@ from .attention import SimpleAttention, tie_query_key_projections
 from .attention_registry import AttentionContext
 from .cache import new_decoder_cache
 from .configuration_simple_attn import SimpleAttnMarianConfig
+from .modeling_simple_attn_common import SimpleAttnBasePreTrainedModel
 from .stack import (
     build_stack_state,
     check_inputs,
@@ -37,9 +36,6 @@ from .stack import (
     prefixed,
     run_encoder_layers,
 )
-
-
-MODELING_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 class SimpleAttnMarianLayer(GradientCheckpointingLayer):
@@ -148,14 +144,11 @@ class SimpleAttnMarianDecoderLayer(SimpleAttnMarianLayer):
         return hidden_states, self_weights, cross_weights
 
 
-class SimpleAttnPreTrainedModel(PreTrainedModel):
-    """Weight initialisation, and `save_pretrained` that ships the whole modeling folder."""
+class SimpleAttnPreTrainedModel(SimpleAttnBasePreTrainedModel):
+    """Marian's weight initialisation (sinusoidal positions, logits bias) on top of the shared base."""
 
     config_class = SimpleAttnMarianConfig
     base_model_prefix = "model"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    # Every Auto class a checkpoint loads into; `save_pretrained` records them all in `config.auto_map`.
     _auto_map = {
         "AutoModel": "modeling_simple_attn_marian.SimpleAttnMarianModel",
         "AutoModelForSeq2SeqLM": "modeling_simple_attn_marian.SimpleAttnMarianMTModel",
@@ -168,19 +161,6 @@ class SimpleAttnPreTrainedModel(PreTrainedModel):
             init.copy_(module.weight, module.create_weight())
         elif isinstance(module, SimpleAttnMarianMTModel):
             init.zeros_(module.final_logits_bias)
-        if hasattr(module, "init_attention_weights"):
-            module.init_attention_weights()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Also record every Auto class in `auto_map` (transformers records only the one this class is registered
-        for), and copy every module of the modeling folder (the pipelines among them)."""
-        if self._auto_class is not None:
-            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **self._auto_map}
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if self._auto_class is not None:
-            for name in sorted(os.listdir(MODELING_DIR)):
-                if name.endswith(".py") and name != "__init__.py":
-                    shutil.copyfile(os.path.join(MODELING_DIR, name), os.path.join(save_directory, name))
 
 
 class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
@@ -195,7 +175,7 @@ class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
         )
         self.attention_state = build_stack_state(config, ("encoder_self",))
         self.tied_query_key = tie_query_key_projections(
-            self.layers, config.attention_layout["encoder_self"], "layers", "self_attn", ("q_proj", "k_proj")
+            self.layers, config.attention_layout["encoder_self"], "layers", "self_attn", SimpleAttention.query_key_names
         )
         self.gradient_checkpointing = False
         self.post_init()
@@ -243,10 +223,10 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         self.attention_state = build_stack_state(config, ("decoder_self", "cross"))
         self.tied_query_key = {
             **tie_query_key_projections(
-                self.layers, config.attention_layout["decoder_self"], "layers", "self_attn", ("q_proj", "k_proj")
+                self.layers, config.attention_layout["decoder_self"], "layers", "self_attn", SimpleAttention.query_key_names
             ),
             **tie_query_key_projections(
-                self.layers, config.attention_layout["cross"], "layers", "encoder_attn", ("q_proj", "k_proj")
+                self.layers, config.attention_layout["cross"], "layers", "encoder_attn", SimpleAttention.query_key_names
             ),
         }
         self.gradient_checkpointing = False

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
-from .attention_registry import AttentionContext, get_attention_family
+from .attention_registry import AttentionContext, LayerSpec, get_attention_family
 
 
 def check_inputs(
@@ -43,13 +43,14 @@ def build_stack_state(config, sites: tuple[str, ...]) -> nn.ModuleDict:
         layer_specs = config.attention_layout[site]
         kinds = {g["kind"] for spec in layer_specs if spec is not None for g in spec["groups"]}
         for kind in sorted(kinds):
-            module = get_attention_family(kind).build_stack_state(config, site, layer_specs)
+            family = get_attention_family(kind)
+            module = family.build_stack_state(config, site, layer_specs)
             if module is not None:
-                state[f"{site}_{kind}"] = module
+                state[family.stack_state_key(site)] = module
     return state
 
 
-def position_limits(layer_specs: list) -> list[tuple[int, str, int]]:
+def position_limits(layer_specs: list[LayerSpec | None]) -> list[tuple[int, str, int]]:
     """(layer, kind, max_positions) of every head group whose learned position tables cover only max_positions."""
     return [
         (layer_idx, group["kind"], group["max_positions"])

@@ -1,0 +1,90 @@
+"""Tensor operations the attention families share: masks, scores, fixed weight tables, dropout, a memo.
+
+A family module imports these and the registry, never another family's module, so that each
+family can be read (and replaced) on its own.
+"""
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .attention_registry import AttentionContext
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where attending is allowed, the dtype's minimum elsewhere (as transformers does: no NaN on empty rows)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )
+
+
+def scaled_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """QKᵀ/√d: query (batch, heads, q_len, d), key (batch, heads, k_len, d) -> (batch, heads, q_len, k_len)."""
+    return torch.matmul(query, key.transpose(-1, -2)) * query.shape[-1] ** -0.5
+
+
+def dot_product_scores(query: torch.Tensor, key: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Masked scaled scores QKᵀ/√d: (batch, heads, q_len, k_len); allowed: (batch or 1, 1, q_len, k_len) bool."""
+    scores = scaled_scores(query, key)
+    return scores + additive_mask(allowed, scores.dtype)
+
+
+def sees_every_key(context: AttentionContext, query_length: int) -> bool:
+    """Whether every query may see every key, so that no mask is needed: nothing is padded and the queries
+    are not causal, or there is a single (last) query, as in a cached decoding step."""
+    return context.key_padding_mask is None and (not context.is_causal or query_length == 1)
+
+
+def consecutive_queries(query_positions: torch.Tensor) -> bool:
+    """Whether the query positions (q_len,) are one block first, first + 1, ...: what memoised tables assume."""
+    return int(query_positions[-1]) - int(query_positions[0]) == query_positions.shape[0] - 1
+
+
+def zero_padding(value: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    """Values (batch, heads, k_len, d) with padded keys zeroed: the same as cutting their weights,
+    without a per-batch weight tensor. key_padding_mask: (batch, k_len) bool, True at real tokens."""
+    if key_padding_mask is None:
+        return value
+    return value * key_padding_mask[:, None, :, None].to(value.dtype)
+
+
+def apply_table(table: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """table (heads, q_len, k_len) × value (batch, heads, k_len, d) -> (batch, heads, q_len, d).
+
+    One product per head over batch·d columns, so the table is never copied per example (a
+    broadcasting `matmul` expands it to (batch·heads, q_len, k_len) and keeps that copy for backward).
+    """
+    batch_size, num_heads, key_length, head_dim = value.shape
+    columns = value.permute(1, 2, 0, 3).reshape(num_heads, key_length, batch_size * head_dim)
+    return torch.bmm(table, columns).view(num_heads, -1, batch_size, head_dim).permute(2, 0, 1, 3)
+
+
+def attention_dropout(weights: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout on attention weights (batch, heads, q_len, k_len) while training; the weights as they are otherwise."""
+    return nn.functional.dropout(weights, p=p, training=training)
+
+
+class TensorMemo(OrderedDict):
+    """Tensors built once per key and kept, least recently used first, within a byte budget.
+
+    Keys hold everything a tensor depends on; `get_or_build` adds whether inference mode is on,
+    since a tensor made in inference mode cannot be saved for backward outside it.
+    """
+
+    def get_or_build(self, key: tuple, build: Callable[[], torch.Tensor], max_bytes: int) -> torch.Tensor:
+        """The tensor for `key`, from `build()` the first time; then drops the least recently used
+        tensors (never the one returned) until all fit in `max_bytes`."""
+        key = key + (torch.is_inference_mode_enabled(),)
+        tensor = self.get(key)
+        if tensor is not None:
+            self.move_to_end(key)
+            return tensor
+        tensor = build()
+        self[key] = tensor
+        total = sum(t.numel() * t.element_size() for t in self.values())
+        while total > max_bytes and len(self) > 1:
+            _, dropped = self.popitem(last=False)
+            total -= dropped.numel() * dropped.element_size()
+        return tensor
