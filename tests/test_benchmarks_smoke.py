@@ -1,6 +1,7 @@
 """Each benchmark script runs on a tiny size in seconds and writes valid JSON (and a chart when
 matplotlib is installed)."""
 
+import importlib.util
 import json
 import os
 import sys
@@ -8,11 +9,14 @@ import sys
 import pytest
 import torch
 
+from conftest import build_tokenizer, make_model
+
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 sys.path.insert(0, BENCHMARKS)
 
 import bench_decoding  # noqa: E402
+import bench_int8  # noqa: E402
 import bench_length_scaling  # noqa: E402
 import bench_training  # noqa: E402
 import summarize  # noqa: E402
@@ -82,3 +86,31 @@ def test_length_scaling_benchmark(tmp_path):
     # the reference path builds (heads, n, n) tables; the convolution does not
     assert models["hc-sa-conv:reference"]["memory_exponent"] > models["hc-sa-conv"]["memory_exponent"]
     assert all(b > 0 for b in models["BertModel"]["peak_bytes"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 missing")
+def test_int8_benchmark(tmp_path):
+    tokenizer = build_tokenizer()
+    tokenizer.model_max_length = 16  # the tiny models have 64 positions; test sentences are longer
+    checkpoints = []
+    for preset in ("base", "hc-sa"):
+        model = make_model(preset)
+        model.generation_config.max_length = 6
+        model.save_pretrained(tmp_path / preset)
+        tokenizer.save_pretrained(tmp_path / preset)
+        checkpoints.append(str(tmp_path / preset))
+    output = tmp_path / "int8.json"
+    bench_int8.main(["--checkpoints", *checkpoints, "--sentences", "5", "--batch-size", "2", "--beams", "2",
+                     "--repeats", "2", "--threads", "1", "--output", str(output)])
+    with open(output) as handle:
+        data = json.load(handle)
+    assert data["sentences"] == 5 and data["environment"]["torch_threads"] == 1
+    base, hc_sa = data["checkpoints"]
+    assert list(base["engines"]) == ["pytorch-fp32", "pytorch-int8", "ctranslate2-fp32", "ctranslate2-int8"]
+    assert list(hc_sa["engines"]) == ["pytorch-fp32", "pytorch-int8"]  # CTranslate2 runs the base layout only
+    fp32 = base["engines"]["pytorch-fp32"]
+    assert fp32["greedy"]["identical"] == 1.0 and fp32["vs_pytorch_fp32"]["beam_bleu_change"] == 0
+    assert base["engines"]["ctranslate2-fp32"]["greedy"]["identical"] == 1.0
+    assert fp32["greedy"]["sentences_per_second"]["n"] == 2
+    assert [check["check"] for check in data["checks"]] == ["base pytorch-int8", "base ctranslate2-int8",
+                                                            "hc-sa pytorch-int8"]
