@@ -4,6 +4,8 @@
     hf-simple-attn describe sh-x --size opus-mt   # layout table and parameter count
     hf-simple-attn describe band6                 # an encoder (BERT) preset, at bert-base size
     hf-simple-attn analyze runs/hc-sa --test_file test.jsonl   # attention entropy, locality, ... (analysis.json, PNGs)
+    hf-simple-attn export runs/hc-sa runs/hc-sa-onnx --format onnx  # any layout: ONNX encoder + decoder-with-past
+    hf-simple-attn export runs/base runs/base-ct2 --format ctranslate2 --quantization int8   # the base layout only
 """
 
 import argparse
@@ -64,6 +66,22 @@ def analyze(args: argparse.Namespace) -> None:
     print(f"{analysis['sentences']} sentences analysed: {output_dir}/analysis.json; plots: {plots}")
 
 
+def export(args: argparse.Namespace) -> None:
+    """A deployable copy of a checkpoint; a layout the format cannot hold is refused with the alternative."""
+    if args.format == "ctranslate2":
+        from .deploy_ctranslate2 import convert_to_ctranslate2
+
+        convert_to_ctranslate2(args.run_dir, args.out_dir, quantization=args.quantization)
+    else:
+        if args.quantization is not None:
+            raise ValueError("--quantization applies to --format ctranslate2; for ONNX, quantise the graphs with "
+                             "onnxruntime.quantization.quantize_dynamic")
+        from .export import export_onnx
+
+        export_onnx(args.run_dir, args.out_dir)
+    print(f"{args.format} model written to {args.out_dir}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="hf-simple-attn", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -91,6 +109,13 @@ def main(argv=None) -> None:
     checkpoint.add_argument(
         "--base_run_dir", default=None, help="a `base` checkpoint, same tokenizer: agreement of hard retrieval heads"
     )
+    deploy = commands.add_parser(
+        "export", help="a deployable copy of a checkpoint: ONNX graphs (any layout) or CTranslate2 (base layout)"
+    )
+    deploy.add_argument("run_dir", help="a seq2seq checkpoint folder (with its tokenizer)")
+    deploy.add_argument("out_dir")
+    deploy.add_argument("--format", choices=["onnx", "ctranslate2"], required=True)
+    deploy.add_argument("--quantization", choices=["int8"], default=None, help="ctranslate2: int8 weights")
     args = parser.parse_args(argv)
     if args.command == "describe":
         model_kind = args.model_kind or ("seq2seq" if args.preset in PRESETS["seq2seq"] else "encoder")
@@ -103,6 +128,11 @@ def main(argv=None) -> None:
             print_presets(args.kind)
         elif args.command == "describe":
             describe(args.preset, model_kind, args.size or DEFAULT_SIZES[model_kind])
+        elif args.command == "export":
+            try:
+                export(args)
+            except ValueError as error:
+                parser.exit(2, f"hf-simple-attn export: error: {error}\n")
         else:
             analyze(args)
         sys.stdout.flush()

@@ -1,5 +1,6 @@
-"""The CLI's preset listing and layout table (`hf-simple-attn presets`, `hf-simple-attn describe`)."""
+"""The CLI's preset listing, layout table and export (`hf-simple-attn presets`, `describe`, `export`)."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -7,6 +8,8 @@ import sys
 import pytest
 
 from hf_simple_attn.cli import BROKEN_PIPE_STATUS, main
+
+from conftest import make_model
 
 
 def test_presets_lists_every_preset_with_its_source(capsys):
@@ -72,3 +75,40 @@ def test_layout_table_shows_per_head_lists_once():
                                                 encoder_attention_heads=8, decoder_attention_heads=8)
     row = "| 0 | 8 × local (masks identity,band-2; query_key_sets 4) | 8 × dot | 8 × dot | yes | yes |"
     assert row in layout_table(config)
+
+
+needs_ctranslate2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 missing")
+needs_onnxruntime = pytest.mark.skipif(
+    any(importlib.util.find_spec(name) is None for name in ("onnxruntime", "onnxscript")), reason="ONNX missing"
+)
+
+
+def saved_model(preset: str, tokenizer, folder):
+    model = make_model(preset)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@needs_ctranslate2
+def test_export_ctranslate2_writes_a_model_and_refuses_other_layouts(tmp_path, tiny_tokenizer, capsys):
+    main(["export", str(saved_model("base", tiny_tokenizer, tmp_path / "base")), str(tmp_path / "ct2"),
+          "--format", "ctranslate2", "--quantization", "int8"])
+    assert "ctranslate2 model written to" in capsys.readouterr().out
+    assert (tmp_path / "ct2" / "model.bin").is_file()
+    with pytest.raises(SystemExit) as stop:
+        main(["export", str(saved_model("hc-sa", tiny_tokenizer, tmp_path / "hc-sa")), str(tmp_path / "no"),
+              "--format", "ctranslate2"])
+    assert stop.value.code == 2
+    assert "export_onnx" in capsys.readouterr().err and not (tmp_path / "no" / "model.bin").exists()
+
+
+@needs_onnxruntime
+def test_export_onnx_writes_the_encoder_and_decoder_graphs(tmp_path, tiny_tokenizer, capsys):
+    main(["export", str(saved_model("hc-sa", tiny_tokenizer, tmp_path / "hc-sa")), str(tmp_path / "onnx"),
+          "--format", "onnx"])
+    assert "onnx model written to" in capsys.readouterr().out
+    assert (tmp_path / "onnx" / "encoder.onnx").is_file() and (tmp_path / "onnx" / "decoder_with_past.onnx").is_file()
+    with pytest.raises(SystemExit) as stop:
+        main(["export", str(tmp_path / "hc-sa"), str(tmp_path / "onnx8"), "--format", "onnx", "--quantization", "int8"])
+    assert stop.value.code == 2 and "--format ctranslate2" in capsys.readouterr().err

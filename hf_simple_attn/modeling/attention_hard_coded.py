@@ -21,14 +21,20 @@ The weights depend on positions only, so the fast path (the default) never build
 Tables live in a small module-level memo keyed by spec, shapes, dtype and device (never as module
 tensors, which `from_pretrained` would build on the meta device). The reference path (the full
 table of `weight_table`) runs when the weights are requested or `fast_path` is off.
+
+While exporting, the fast path has no branch on positions and no memo: self attention is the same
+convolution, summed over all the kernel's taps of the zero-padded values whose keys end at the last
+query (so a decoding step also reads a sliding window of the last `decoding_lookback` values), and
+cross attention computes its table from the query positions.
 """
 
 import functools
 import math
 
 import torch
+from torch import nn
 
-from .attention_ops import TensorMemo, apply_table, consecutive_queries, zero_padding
+from .attention_ops import TensorMemo, apply_table, consecutive_queries, is_exporting, zero_padding
 from .attention_registry import (
     MAX_DISTANCE,
     AttentionContext,
@@ -82,7 +88,10 @@ def gaussian_radius(sigma: float, dtype: torch.dtype) -> int:
 
 
 def memoised(key: tuple, build) -> torch.Tensor:
-    """`build()` once per key (everything the table depends on), kept in `_table_memo` within `TABLE_MEMO_BYTES`."""
+    """`build()` once per key (everything the table depends on), kept in `_table_memo` within `TABLE_MEMO_BYTES`;
+    built every time while exporting."""
+    if is_exporting():
+        return build()
     return _table_memo.get_or_build(key, build, TABLE_MEMO_BYTES)
 
 
@@ -185,8 +194,10 @@ class HardCodedGaussianHeads(AttentionHeads):
     def key_positions(self, query_positions: torch.Tensor, key_length: int) -> torch.Tensor:
         """Absolute positions of the keys. Self-attention keys end at the last query, whether the
         cache holds every earlier position or only the last few (see `decoding_lookback`)."""
-        first = 0 if self.site == "cross" else int(query_positions[-1]) + 1 - key_length
-        return torch.arange(first, first + key_length, device=query_positions.device)
+        positions = torch.arange(key_length, device=query_positions.device)
+        if self.site == "cross":
+            return positions
+        return positions + (query_positions[-1] + 1 - key_length)
 
     def spec_key(self) -> tuple:
         spec = self.spec
@@ -240,10 +251,18 @@ class HardCodedGaussianHeads(AttentionHeads):
         key_length = value.shape[-2]
         key_padding_mask = context.key_padding_mask
         if key_padding_mask is not None:
-            # A decoder cache that dropped early positions holds only the last key_length keys.
+            # A decoder cache that dropped early positions holds only the last key_length keys; an exported
+            # step's window may reach before the first position (zeros, counted as padding).
+            if is_exporting():
+                before = key_padding_mask.new_zeros(value.shape[0], key_length)
+                key_padding_mask = torch.cat([before, key_padding_mask], dim=1)
             key_padding_mask = key_padding_mask[:, key_padding_mask.shape[1] - key_length :]
         positions = context.query_positions
-        if output_attentions or not self.fast_path or not consecutive_queries(positions):
+        if output_attentions or not self.fast_path:
+            return self.reference_forward(value, context, key_padding_mask, output_attentions)
+        if is_exporting():
+            return self.export_forward(value, key_padding_mask, context), None
+        if not consecutive_queries(positions):
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
         start, query_length = int(positions[0]), positions.shape[0]
         if self.site == "cross":
@@ -285,6 +304,34 @@ class HardCodedGaussianHeads(AttentionHeads):
 
         key = ("self", self.spec_key(), is_causal, relative_start, query_length, reach_length, value.dtype, value.device)
         return apply_table(memoised(key, build), value)
+
+    def export_forward(
+        self, value: torch.Tensor, key_padding_mask: torch.Tensor | None, context: AttentionContext
+    ) -> torch.Tensor:
+        """The fast path without branches on positions (see the module docstring): (batch, heads, q_len, d)."""
+        value = zero_padding(value, key_padding_mask)
+        positions = context.query_positions
+        if self.site == "cross":
+            table = self.weight_table(positions, self.key_positions(positions, value.shape[-2]), False)
+            # A table per example: a broadcast product would make the exported program refuse a batch of one.
+            return torch.matmul(table.to(value.dtype).repeat(value.shape[0], 1, 1, 1), value)
+        return self.convolve(value, positions.shape[0], context.is_causal)
+
+    def convolve(self, value: torch.Tensor, query_length: int, is_causal: bool) -> torch.Tensor:
+        """Self attention as a sum over the kernel's taps of shifted, zero-padded values (batch, heads, k_len, d),
+        the keys ending at the last query: (batch, heads, q_len, d). (ONNX Runtime runs this faster than `conv1d`.)"""
+        key_length = value.shape[-2]
+        first, kernel = self.relative_kernel(is_causal, value.dtype, value.device)
+        last = first + kernel.shape[-1] - 1
+        value = nn.functional.pad(value, (0, 0, max(0, -first), max(0, last)))
+        # Padded index j holds key j - max(0, -first); query i (key index key_length - query_length + i) reads the
+        # keys at distances first..last, padded indices from key_length - query_length + i + max(first, 0).
+        start = key_length - query_length + max(first, 0)
+        output = None
+        for tap in range(kernel.shape[-1]):
+            term = kernel[:, tap, None, None] * value.narrow(2, start + tap, query_length)
+            output = term if output is None else output + term
+        return output
 
     def reference_forward(self, value, context: AttentionContext, key_padding_mask, output_attentions):
         """The full (heads, q_len, k_len) weight table times the (padding-zeroed) values."""

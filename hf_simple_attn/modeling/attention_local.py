@@ -33,13 +33,14 @@ With `renormalize` and no `global` head, the fast path (the default; the referen
 the weights are requested) never forms the (q_len, k_len) scores: it scores each query against the
 keys at the distances its heads may see (the union of their bands, `taps`), one shifted
 elementwise product per distance, and sums the values the same way: O(n·taps) time and memory.
+It reads the first query's position, so the reference path runs while exporting.
 """
 
 import re
 
 import torch
 
-from .attention_ops import additive_mask, attention_dropout, consecutive_queries, scaled_scores
+from .attention_ops import additive_mask, attention_dropout, consecutive_queries, is_exporting, scaled_scores
 from .attention_registry import (
     MAX_DISTANCE,
     MAX_HEADS,
@@ -185,6 +186,7 @@ class LocalMaskHeads(AttentionHeads):
         sets = spec["query_key_sets"]
         # Contiguous sets as equal as possible, the first ones larger: 5 heads in 3 sets -> 2, 2, 1.
         self.heads_per_set = [self.num_heads // sets + (index < self.num_heads % sets) for index in range(sets)]
+        self.set_of_head = [index for index, count in enumerate(self.heads_per_set) for _ in range(count)]
         # The banded path: the distances any head sees (`taps`) and which head sees which.
         head_distances = [mask_distances(name) for name in spec["masks"]]
         self.taps = None
@@ -194,8 +196,7 @@ class LocalMaskHeads(AttentionHeads):
 
     def expand_sets_to_heads(self, per_set: torch.Tensor) -> torch.Tensor:
         """(batch, sets, q_len, k_len) -> (batch, heads, q_len, k_len), each set repeated for its heads."""
-        repeats = torch.tensor(self.heads_per_set, device=per_set.device)
-        return per_set.repeat_interleave(repeats, dim=1, output_size=self.num_heads)
+        return per_set.index_select(1, torch.tensor(self.set_of_head, device=per_set.device))
 
     def forward(
         self,
@@ -210,6 +211,7 @@ class LocalMaskHeads(AttentionHeads):
             self.fast_path
             and self.taps is not None
             and not output_attentions
+            and not is_exporting()
             and consecutive_queries(context.query_positions)
         ):
             return self.banded(query, key, value, context), None

@@ -2,6 +2,10 @@
 
 A family module imports these and the registry, never another family's module, so that each
 family can be read (and replaced) on its own.
+
+Under `torch.export` (and the ONNX exporter built on it) a traced graph cannot branch on tensor
+values or keep tensors from one call to the next: while `is_exporting()`, families take a path
+chosen from shapes and config only, build masks even where nothing is padded, and skip memos.
 """
 
 from collections import OrderedDict
@@ -29,6 +33,11 @@ def dot_product_scores(query: torch.Tensor, key: torch.Tensor, allowed: torch.Te
     """Masked scaled scores QKᵀ/√d: (batch, heads, q_len, k_len); allowed: (batch or 1, 1, q_len, k_len) bool."""
     scores = scaled_scores(query, key)
     return scores + additive_mask(allowed, scores.dtype)
+
+
+def is_exporting() -> bool:
+    """Whether `torch.export` is tracing the model (see the module docstring)."""
+    return torch.compiler.is_exporting()
 
 
 def sees_every_key(context: AttentionContext, query_length: int) -> bool:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .attention_ops import TensorMemo, apply_table, attention_dropout, consecutive_queries
+from .attention_ops import TensorMemo, apply_table, attention_dropout, consecutive_queries, is_exporting
 from .attention_registry import (
     MAX_SIZE,
     AttentionContext,
@@ -217,9 +217,10 @@ class RecurrentAttentionState(AttentionStackState):
         return per_layer
 
     def layer_logits(self, layer: int) -> torch.Tensor:
-        """Logits (heads, M, M) of the stack's RAN layer `layer` (0-based), i.e. A_{layer + 1}."""
+        """Logits (heads, M, M) of the stack's RAN layer `layer` (0-based), i.e. A_{layer + 1}; computed in the
+        graph while exporting (they depend on parameters only, so a runtime can fold them into constants)."""
         needs_graph = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
-        if needs_graph:
+        if needs_graph or is_exporting():
             return self.chain(layer + 1)[-1]
         key = self.cache_key()
         if self._cache_key != key:
@@ -255,7 +256,7 @@ class PositionWeightsMemo:
 class PositionLogitsHeads(AttentionHeads):
     """Shared by both families: learned position logits, softmax over allowed keys, values only.
 
-    Fast path (inference without padding): the weights depend on positions only, so each
+    Fast path (inference without padding, not while exporting): the weights depend on positions only, so each
     (query block, key length) gets its softmax once, memoised until the logits change (a new
     tensor or an in-place update), and every batch and decoding step reuses it. Edits through
     `.data` bypass the version counters: call `model.eval()` after them.
@@ -301,6 +302,7 @@ class PositionLogitsHeads(AttentionHeads):
             and not (self.training or output_attentions)
             and not (torch.is_grad_enabled() and logits.requires_grad)
             and context.key_padding_mask is None
+            and not is_exporting()
             and consecutive_queries(context.query_positions)
         ):
             weights = self.weights_memo.get(logits, context, value.shape[-2], value.dtype)

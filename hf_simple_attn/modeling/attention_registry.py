@@ -110,7 +110,8 @@ class AttentionContext:
         (see `build_stack_state`).
     decoding_state: while decoding with a cache, this sublayer's dict of batch-first tensors kept
         from one step to the next (beam search reorders them); None without a cache. A group
-        stores under its own `state_name`.
+        stores under its own `state_name`. An exported decoder step (`hf_simple_attn.export`) starts
+        every state at zeros and needs its shape not to depend on the lengths.
     """
 
     key_padding_mask: torch.Tensor | None

@@ -399,6 +399,33 @@ class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
         )
 
 
+def fit_generated_length(config, generation_config, has_default_max_length: bool, input_ids_length: int):
+    """Fit `generation_config.max_length` to decoder heads with learned position tables (recurrent,
+    random_synthesizer): the default length is cut to them, a requested one beyond them raises before decoding
+    starts."""
+    limits = position_limits(config.attention_layout["decoder_self"])
+    if not limits:
+        return generation_config
+    layer_idx, kind, max_positions = min(limits, key=lambda limit: limit[2])
+    # The decoder reads every token of the output but the last.
+    if generation_config.max_length - 1 <= max_positions:
+        return generation_config
+    if has_default_max_length and generation_config.max_new_tokens is None:
+        generation_config.max_length = max_positions + 1
+        return generation_config
+    if generation_config.max_new_tokens is not None:
+        requested, allowed = "max_new_tokens", max_positions + 1 - input_ids_length
+    else:
+        requested, allowed = "max_length", max_positions + 1
+    raise ValueError(
+        f"generate: {requested}={getattr(generation_config, requested)} needs "
+        f"{generation_config.max_length - 1} decoder positions ({input_ids_length} decoder input token(s) "
+        f"included), but the {kind} attention at decoder_self layer {layer_idx} covers only "
+        f"max_positions={max_positions}; ask for {requested} <= {allowed} or use a larger 'max_positions' "
+        "in the attention layout"
+    )
+
+
 class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
     """The encoder-decoder with Marian's language-modelling head; translates with `generate`."""
 
@@ -514,8 +541,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         input_ids_length,
         inputs_tensor,
     ):
-        """Also fit the length to decoder heads with learned position tables (recurrent, random_synthesizer):
-        the default length is cut to them, a requested one beyond them raises before decoding starts."""
+        """Also fit the length to decoder heads with learned position tables (`fit_generated_length`)."""
         generation_config = super()._prepare_generated_length(
             generation_config,
             has_default_max_length,
@@ -524,27 +550,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             input_ids_length,
             inputs_tensor,
         )
-        limits = position_limits(self.config.attention_layout["decoder_self"])
-        if not limits:
-            return generation_config
-        layer_idx, kind, max_positions = min(limits, key=lambda limit: limit[2])
-        # The decoder reads every token of the output but the last.
-        if generation_config.max_length - 1 <= max_positions:
-            return generation_config
-        if has_default_max_length and generation_config.max_new_tokens is None:
-            generation_config.max_length = max_positions + 1
-            return generation_config
-        if generation_config.max_new_tokens is not None:
-            requested, allowed = "max_new_tokens", max_positions + 1 - input_ids_length
-        else:
-            requested, allowed = "max_length", max_positions + 1
-        raise ValueError(
-            f"generate: {requested}={getattr(generation_config, requested)} needs "
-            f"{generation_config.max_length - 1} decoder positions ({input_ids_length} decoder input token(s) "
-            f"included), but the {kind} attention at decoder_self layer {layer_idx} covers only "
-            f"max_positions={max_positions}; ask for {requested} <= {allowed} or use a larger 'max_positions' "
-            "in the attention layout"
-        )
+        return fit_generated_length(self.config, generation_config, has_default_max_length, input_ids_length)
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """Give `generate` our cache (value-only heads, absent sublayers) unless the user brought one."""

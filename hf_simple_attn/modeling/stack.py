@@ -4,6 +4,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
+from .attention_ops import is_exporting
 from .attention_registry import AttentionContext, LayerSpec, get_attention_family
 
 
@@ -30,8 +31,9 @@ def check_inputs(
 
 
 def padding_mask_or_none(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """(batch, len) bool mask of real tokens, or None when nothing is padded."""
-    if attention_mask is None or bool(attention_mask.bool().all()):
+    """(batch, len) bool mask of real tokens, or None when nothing is padded (always the mask given while
+    exporting: the graph cannot depend on its values)."""
+    if attention_mask is None or (not is_exporting() and bool(attention_mask.bool().all())):
         return None
     return attention_mask.bool()
 

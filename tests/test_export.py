@@ -1,0 +1,204 @@
+"""Every seq2seq preset exports under `torch.export` (the encoder, and the decoder step with its decoding state) and
+the programs compute what eager PyTorch computes; representative presets go through ONNX and ONNX Runtime and
+generate the same tokens as `generate`."""
+
+import functools
+import importlib.util
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from hf_simple_attn import SimpleAttnMarianConfig, TranslationPipeline, list_presets
+from hf_simple_attn.export import (
+    DecoderStepForExport,
+    EncoderForExport,
+    OnnxSeq2SeqModel,
+    export_decoder_step,
+    export_encoder,
+    export_onnx,
+    save_onnx,
+)
+
+from conftest import TINY_MARIAN, make_model
+
+
+PAD = TINY_MARIAN["pad_token_id"]
+# Two decoder layers keep the layers without cross attention of `sh-x`; one encoder layer is enough for the encoder
+# families (tied projections are exercised by the output layer tied to the embeddings).
+SIZES = dict(encoder_layers=1, decoder_layers=2)
+ONNX_PRESETS = ["base", "hc-sa", "sh-x", "ran-all", "gmm", "hard-dec"]
+ENCODER_FIELDS, DECODER_FIELDS = ("encoder_self", "encoder_ffn"), ("decoder_self", "cross", "decoder_ffn")
+needs_onnxruntime = pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None,
+    reason="needs onnxruntime and onnxscript (the `export` extra)",
+)
+
+
+def presets_with_new_layers(fields: tuple[str, ...]) -> list[str]:
+    """The presets (ONNX_PRESETS first) with a layer of `fields` at `SIZES` that no earlier one has: exporting these
+    exports every distinct layer of every preset."""
+    seen, chosen = set(), []
+    for name in ONNX_PRESETS + [name for name in list_presets("seq2seq") if name not in ONNX_PRESETS]:
+        layout = SimpleAttnMarianConfig.from_preset(name, **{**TINY_MARIAN, **SIZES}).attention_layout
+        layers = {json.dumps([layout[field][index] for field in fields]) for index in range(len(layout[fields[0]]))}
+        if not layers <= seen:
+            seen |= layers
+            chosen.append(name)
+    return chosen
+
+
+@functools.cache
+def exported(preset: str, graph: str):
+    """(model, program) of `export_encoder` or `export_decoder_step` for a tiny `preset`, exported once."""
+    model = make_model(preset, **SIZES)
+    return model, (export_encoder if graph == "encoder" else export_decoder_step)(model)
+
+
+def source_batch(batch_size: int, length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random sentences, the third (when there is one) padded after 5 tokens: other sizes than the export's."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, PAD, (batch_size, length), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    if batch_size > 2:
+        input_ids[2, 5:], attention_mask[2, 5:] = PAD, 0
+    return input_ids, attention_mask
+
+
+@pytest.mark.parametrize("preset", presets_with_new_layers(ENCODER_FIELDS))
+def test_encoder_exports_and_equals_eager(preset):
+    model, program = exported(preset, "encoder")
+    program = program.module()
+    encoder = EncoderForExport(model)
+    for batch_size, length in ((3, 9), (1, 2)):
+        input_ids, attention_mask = source_batch(batch_size, length)
+        with torch.no_grad():
+            expected = encoder(input_ids, attention_mask)
+            torch.testing.assert_close(
+                expected[0], model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            )
+            torch.testing.assert_close(program(input_ids, attention_mask), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("preset", presets_with_new_layers(DECODER_FIELDS))
+def test_decoder_step_exports_and_equals_the_full_forward(preset):
+    """Stepping the exported program from the empty state gives the logits of the teacher-forced forward, and the
+    same decoding state as the eager step (windows, family states, batch of one included)."""
+    model, program = exported(preset, "decoder")
+    program = program.module()
+    step = DecoderStepForExport(model)
+    for batch_size, length in ((3, 9), (1, 2)):
+        input_ids, attention_mask = source_batch(batch_size, length, seed=1)
+        target = torch.randint(1, PAD, (batch_size, 6), generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits
+            cross = EncoderForExport(model)(input_ids, attention_mask)[1:]
+            past = [
+                torch.zeros(batch_size, *(0 if size is None else size for size in spec.shape)) for spec in step.past
+            ]
+            for position in range(target.shape[1]):
+                args = (
+                    target[:, position : position + 1],
+                    torch.ones(batch_size, position + 1, dtype=torch.long),
+                    attention_mask,
+                    *cross,
+                    *past,
+                )
+                logits, *past = program(*args)
+                eager_logits, *eager_past = step(*args)
+                torch.testing.assert_close(logits[:, 0], full[:, position], rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(logits, eager_logits, rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(past, eager_past, rtol=1e-5, atol=1e-5)
+        for spec, state in zip(step.past, past):
+            assert state.shape[1:] == tuple(target.shape[1] if size is None else size for size in spec.shape)
+
+
+def test_decoding_state_layout_follows_the_families():
+    """Hard-coded decoder self-attention keeps a window of values only; GMM's synthesis network its running means;
+    a layer without self attention nothing."""
+    hard_coded = DecoderStepForExport(make_model("hc-sa", **SIZES))
+    window = hard_coded.decoder.layers[0].self_attn.heads.decoding_lookback(torch.float32)
+    assert [(spec.name, spec.shape) for spec in hard_coded.past] == [
+        ("past.0.self.value", (4, window, 8)),
+        ("past.1.self.value", (4, window, 8)),
+    ]
+    assert [(spec.name, spec.shape) for spec in DecoderStepForExport(make_model("gmm-synthesis", **SIZES)).past] == [
+        ("past.0.self.key", (4, None, 8)),
+        ("past.0.self.value", (4, None, 8)),
+        ("past.0.cross.state.group0", (4, 4)),
+        ("past.1.self.key", (4, None, 8)),
+        ("past.1.self.value", (4, None, 8)),
+        ("past.1.cross.state.group0", (4, 4)),
+    ]
+    no_self = DecoderStepForExport(make_model("sh-x-no-sa", **SIZES))
+    assert no_self.past == [] and no_self.input_names == [
+        "input_ids", "decoder_attention_mask", "encoder_attention_mask", "cross.1.key", "cross.1.value"
+    ]
+
+
+# --- ONNX and ONNX Runtime ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def onnx_models(tmp_path_factory):
+    """{preset: (PyTorch model, OnnxSeq2SeqModel)}, written once per preset from the programs exported above."""
+    models = {}
+
+    def get(preset):
+        if preset not in models:
+            model, decoder_program = exported(preset, "decoder")
+            encoder_program = exported(preset, "encoder")[1]
+            onnx_dir = tmp_path_factory.mktemp(preset)
+            save_onnx(model, encoder_program, decoder_program, onnx_dir)
+            models[preset] = model, OnnxSeq2SeqModel(onnx_dir)
+        return models[preset]
+
+    return get
+
+
+@needs_onnxruntime
+@pytest.mark.parametrize("preset", ONNX_PRESETS)
+def test_onnx_runtime_logits_and_tokens_equal_pytorch(preset, onnx_models):
+    model, onnx_model = onnx_models(preset)
+    input_ids, attention_mask = source_batch(4, 9, seed=3)
+    target = torch.randint(1, PAD, (4, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits
+    encoder_outputs = onnx_model.encode(input_ids, attention_mask)
+    past = onnx_model.initial_past(4)
+    for position in range(target.shape[1]):
+        logits, past = onnx_model.decode(target[:, : position + 1], attention_mask.numpy(), encoder_outputs, past)
+        torch.testing.assert_close(logits, full[:, position], rtol=0, atol=1e-4)
+    for options in (
+        dict(num_beams=1, max_new_tokens=12),
+        dict(num_beams=4, max_new_tokens=12),
+        dict(num_beams=3, max_new_tokens=8, num_return_sequences=2, length_penalty=0.6),
+    ):
+        expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
+        assert torch.equal(onnx_model.generate(input_ids, attention_mask, **options), expected), options
+    # The graphs also take a one-token source (the `torch.export` programs do not).
+    one_token = torch.tensor([[0], [0]])
+    assert torch.equal(onnx_model.generate(one_token, max_new_tokens=4), model.generate(one_token, max_new_tokens=4))
+
+
+@needs_onnxruntime
+def test_export_onnx_from_a_saved_folder_translates_through_the_pipeline(tmp_path, tiny_tokenizer):
+    """`export_onnx` on a checkpoint folder writes what `OnnxSeq2SeqModel` and the tokenizer load, and our
+    `TranslationPipeline` translates with it as with the PyTorch model."""
+    model = make_model("sh-x-no-sa", **SIZES)
+    model.save_pretrained(tmp_path / "model")
+    tiny_tokenizer.save_pretrained(tmp_path / "model")
+    onnx_dir = export_onnx(tmp_path / "model", tmp_path / "onnx")
+    sentences = ["the cat sat on the mat", "a big red car runs fast", "the dog"]
+    expected = TranslationPipeline(model=model, tokenizer=tiny_tokenizer)(sentences, num_beams=3, max_new_tokens=8)
+    tokenizer = AutoTokenizer.from_pretrained(onnx_dir)
+    translator = TranslationPipeline(model=OnnxSeq2SeqModel(onnx_dir), tokenizer=tokenizer)
+    assert translator(sentences, num_beams=3, max_new_tokens=8, batch_size=2) == expected
+
+
+@needs_onnxruntime
+def test_onnx_model_refuses_sampling(onnx_models):
+    _, onnx_model = onnx_models("base")
+    with pytest.raises(ValueError, match="greedy and beam search, not sample"):
+        onnx_model.generate(torch.tensor([[3, 4, 0]]), do_sample=True)
