@@ -316,7 +316,8 @@ class OnnxSeq2SeqModel(GenerationMixin):
         self.encoder = onnxruntime.InferenceSession(str(onnx_dir / ENCODER_FILE), session_options, providers=providers)
         self.decoder = onnxruntime.InferenceSession(str(onnx_dir / DECODER_FILE), session_options, providers=providers)
         self.past_inputs = [node for node in self.decoder.get_inputs() if node.name.startswith("past.")]
-        self.decoder_output_names = [node.name for node in self.decoder.get_outputs()]
+        # The decoder's outputs are `logits`, then `present.*`: the next step's `past.*`, in the same order.
+        self.next_past_names = ["past" + node.name[len("present") :] for node in self.decoder.get_outputs()[1:]]
 
     @classmethod
     def can_generate(cls) -> bool:
@@ -324,9 +325,13 @@ class OnnxSeq2SeqModel(GenerationMixin):
         return True
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, np.ndarray]:
-        """The encoder graph's outputs by name (`last_hidden_state`, `cross.*`)."""
+        """What the decoder step reads of the encoder graph's outputs: the `cross.*` keys and values, by name."""
         outputs = self.encoder.run(None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})
-        return {node.name: output for node, output in zip(self.encoder.get_outputs(), outputs)}
+        return {
+            node.name: output
+            for node, output in zip(self.encoder.get_outputs(), outputs)
+            if node.name.startswith("cross.")
+        }
 
     def initial_past(self, batch_size: int) -> dict[str, np.ndarray]:
         """The decoding state before the first step: zeros, of length 0 where it grows."""
@@ -347,12 +352,11 @@ class OnnxSeq2SeqModel(GenerationMixin):
             "input_ids": input_ids[:, -1:].numpy(),
             "decoder_attention_mask": np.ones(input_ids.shape, dtype=np.int64),
             "encoder_attention_mask": attention_mask,
-            **{name: tensor for name, tensor in encoder_outputs.items() if name.startswith("cross.")},
+            **encoder_outputs,
             **past,
         }
         logits, *presents = self.decoder.run(None, feeds)
-        past = {"past" + name[len("present") :]: state for name, state in zip(self.decoder_output_names[1:], presents)}
-        return torch.from_numpy(logits[:, -1]).float(), past
+        return torch.from_numpy(logits[:, -1]).float(), dict(zip(self.next_past_names, presents))
 
     @torch.no_grad()
     def generate(
