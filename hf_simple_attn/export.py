@@ -310,6 +310,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         import onnxruntime
 
         onnx_dir = Path(onnx_dir)
+        self.onnx_dir = onnx_dir
         self.config = SimpleAttnMarianConfig.from_pretrained(onnx_dir)
         self.generation_config = GenerationConfig.from_pretrained(onnx_dir)
         providers = providers or ["CPUExecutionProvider"]

@@ -9,9 +9,16 @@ It uses `torch.ao.quantization.quantize_dynamic`, which torch 2.13 marks depreca
 eager CPU kernels are the fast ones: torchao's int8 dynamic config decoded 2.5x slower than float32 in eager mode on
 this project's CPU (it needs `torch.compile`), and torchao is not a dependency. The deprecation warnings it
 raises are silenced here, once, on purpose.
+
+`quantize_onnx_int8` does the same for the graphs of `hf_simple_attn.export.export_onnx`, with ONNX Runtime's
+dynamic quantisation (int8 weights of the matrix multiplications, activations quantised at run time).
 """
 
+import os
+import shutil
+import tempfile
 import warnings
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -25,4 +32,34 @@ def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
         return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8).eval()
 
 
-__all__ = ["DynamicQuantizedLinear", "quantize_dynamic_int8"]
+def quantize_onnx_int8(onnx_dir, out_dir) -> Path:
+    """A copy of an `export_onnx` folder whose graphs compute their matrix multiplications in int8 (ONNX Runtime's
+    `quantize_dynamic`, signed int8 weights); config, generation config and tokenizer files are copied. `out_dir` is
+    written whole or not at all. Returns `out_dir`; load it with `OnnxSeq2SeqModel`."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from .export import DECODER_FILE, ENCODER_FILE
+
+    onnx_dir, out_dir = Path(onnx_dir), Path(out_dir)
+    missing = [name for name in (ENCODER_FILE, DECODER_FILE) if not (onnx_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{onnx_dir}: no {', '.join(missing)}; write the graphs with export_onnx first")
+    if out_dir.exists():
+        raise FileExistsError(f"{out_dir} exists; choose a new folder for the int8 graphs")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        for name in sorted(os.listdir(onnx_dir)):
+            source = onnx_dir / name
+            if name in (ENCODER_FILE, DECODER_FILE):
+                quantize_dynamic(source, staging / name, weight_type=QuantType.QInt8)
+            elif source.is_file() and not name.endswith(".data"):
+                shutil.copy2(source, staging / name)
+        os.replace(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir
+
+
+__all__ = ["DynamicQuantizedLinear", "quantize_dynamic_int8", "quantize_onnx_int8"]

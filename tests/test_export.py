@@ -20,6 +20,7 @@ from hf_simple_attn.export import (
     export_onnx,
     save_onnx,
 )
+from hf_simple_attn.quantize import quantize_onnx_int8
 
 from conftest import TINY_MARIAN, make_model
 
@@ -195,6 +196,31 @@ def test_export_onnx_from_a_saved_folder_translates_through_the_pipeline(tmp_pat
     tokenizer = AutoTokenizer.from_pretrained(onnx_dir)
     translator = TranslationPipeline(model=OnnxSeq2SeqModel(onnx_dir), tokenizer=tokenizer)
     assert translator(sentences, num_beams=3, max_new_tokens=8, batch_size=2) == expected
+
+
+@needs_onnxruntime
+def test_onnx_int8_graphs_store_int8_weights_and_stay_close_to_float32(tmp_path, onnx_models):
+    onnx = pytest.importorskip("onnx")
+    model, onnx_model = onnx_models("sh-x")
+    int8_dir = quantize_onnx_int8(onnx_model.onnx_dir, tmp_path / "int8")
+    int8_model = OnnxSeq2SeqModel(int8_dir)
+    graph = onnx.load(int8_dir / "decoder_with_past.onnx")
+    assert any(node.op_type == "DynamicQuantizeLinear" for node in graph.graph.node)
+    assert any(weight.data_type == onnx.TensorProto.INT8 for weight in graph.graph.initializer)
+    input_ids, attention_mask = source_batch(4, 9, seed=3)
+    target = torch.randint(1, PAD, (4, 1), generator=torch.Generator().manual_seed(4))
+    encoder_outputs = int8_model.encode(input_ids, attention_mask)
+    logits, _ = int8_model.decode(target, attention_mask.numpy(), encoder_outputs, int8_model.initial_past(4))
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits[:, -1]
+    assert (logits - expected).abs().max() < 0.05 * expected.abs().max()
+    output = int8_model.generate(input_ids, attention_mask, num_beams=2, max_new_tokens=6)
+    assert output.shape[0] == 4 and output[:, 0].eq(model.config.decoder_start_token_id).all()
+    with pytest.raises(FileExistsError, match="exists"):
+        quantize_onnx_int8(onnx_model.onnx_dir, int8_dir)
+    with pytest.raises(FileNotFoundError, match="export_onnx first"):
+        quantize_onnx_int8(tmp_path / "nothing", tmp_path / "other")
+    assert not (tmp_path / "other").exists()
 
 
 @needs_onnxruntime
