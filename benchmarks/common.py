@@ -175,6 +175,7 @@ def write_results(data: dict, args, chart) -> None:
     """Print the target checks, draw `chart(data, path)` next to the JSON (or at `--chart`), write the JSON."""
     for check in data.get("targets", []):
         print(f"{check['check']}: {check['measured']:.3f}x (target {check['target']}x) {'ok' if check['reached'] else 'MISSED'}")
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     data["chart"] = chart(data, args.chart or os.path.splitext(args.output)[0] + ".png")
     write_json(args.output, data)
 

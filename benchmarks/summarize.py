@@ -58,13 +58,15 @@ def training(data: dict) -> list[str]:
     for entry in data["sizes"]:
         lines += [f"**{entry['size']}**", "",
                   f"| model | parameters | tokens/s (median, min-max) | vs base | KiB per token | max tokens per batch "
-                  f"in {budget} GiB | vs base |", "|---|---|---|---|---|---|---|"]
+                  f"in {budget} GiB | vs base | vs MarianMTModel |", "|---|---|---|---|---|---|---|---|"]
         for name, model in entry["models"].items():
             speed, memory = model["tokens_per_second"], model["memory"]
+            vs_marian = model.get("vs_MarianMTModel")
             lines.append(
                 f"| {name} | {model['parameters'] / 1e6:.1f}M | {speed['median']:.0f} ({speed['min']:.0f}-{speed['max']:.0f}) "
                 f"| {ratio(model['vs_base'])} | {memory['fit_bytes_per_token'] / 2**10:.0f} | "
-                f"{memory['max_tokens_per_batch']} | {model['vs_base']['tokens_per_batch_ratio']:.3f}× |"
+                f"{memory['max_tokens_per_batch']} | {model['vs_base']['tokens_per_batch_ratio']:.3f}× | "
+                + (f"{vs_marian['tokens_per_batch_ratio']:.3f}× |" if vs_marian else "- |")
             )
         lines.append("")
     return lines

@@ -5,12 +5,15 @@
     hf-simple-attn describe band6                 # an encoder (BERT) preset, at bert-base size
     hf-simple-attn analyze runs/hc-sa --test_file test.jsonl   # attention entropy, locality, ... (analysis.json, PNGs)
     hf-simple-attn export runs/hc-sa runs/hc-sa-onnx --format onnx  # any layout: ONNX encoder + decoder-with-past
+    hf-simple-attn export runs/hc-sa runs/hc-sa-onnx-int8 --format onnx --quantization int8
     hf-simple-attn export runs/base runs/base-ct2 --format ctranslate2 --quantization int8   # the base layout only
+    hf-simple-attn shortlist runs/hc-sa --dataset_name embedded --top_k 50 --frequent 100  # vocabulary shortlist
 """
 
 import argparse
 import os
 import sys
+import tempfile
 
 from .modeling.presets import PRESETS
 from .sizes import bert_size, marian_size
@@ -72,14 +75,59 @@ def export(args: argparse.Namespace) -> None:
         from .deploy_ctranslate2 import convert_to_ctranslate2
 
         convert_to_ctranslate2(args.run_dir, args.out_dir, quantization=args.quantization)
+    elif args.quantization == "int8":
+        from .export import export_onnx
+        from .quantize import quantize_onnx_int8
+
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out_dir))) as float_dir:
+            quantize_onnx_int8(export_onnx(args.run_dir, float_dir), args.out_dir)
     else:
-        if args.quantization is not None:
-            raise ValueError("--quantization applies to --format ctranslate2; for ONNX, quantise the graphs with "
-                             "onnxruntime.quantization.quantize_dynamic")
         from .export import export_onnx
 
         export_onnx(args.run_dir, args.out_dir)
     print(f"{args.format} model written to {args.out_dir}")
+
+
+# The data options of `shortlist`, as `training/run_translation.py` names them (DataTrainingArguments).
+SHORTLIST_DATA_OPTIONS = {
+    "dataset_name": (str, "the training data: an offline corpus (embedded, libreoffice_help, ...) or a Hub dataset"),
+    "dataset_config_name": (str, "its configuration (for the offline corpora, the target language)"),
+    "train_file": (str, "or local training data (json/jsonl/csv/tsv)"),
+    "validation_file": (str, "validation data, for the coverage report"),
+    "source_lang": (str, "source language (default for the offline corpora: en)"),
+    "target_lang": (str, "target language"),
+    "corpus_cache_dir": (str, "where the offline corpora are built"),
+    "max_train_samples": (int, "only the first N training pairs"),
+    "max_source_length": (int, "as in training (default 128)"),
+    "max_target_length": (int, "as in training (default 128)"),
+    "source_prefix": (str, "as in training"),
+}
+
+
+def shortlist(args: argparse.Namespace) -> None:
+    """Build a vocabulary shortlist from the training data and add it to the checkpoint; report its coverage."""
+    from .shortlist import shortlist_from_data
+    from .translation_task import DataTrainingArguments
+
+    data_options = {name: getattr(args, name) for name in SHORTLIST_DATA_OPTIONS if getattr(args, name) is not None}
+    report = shortlist_from_data(
+        args.run_dir, DataTrainingArguments(**data_options), args.top_k, args.frequent, args.iterations
+    )
+    print(
+        f"shortlist added to {args.run_dir}: the top {report['top_k']} target tokens of each source token, and "
+        f"{report['always_allowed']} always allowed (special + {report['frequent']} frequent), from "
+        f"{report['training_pairs']:,} training pairs"
+    )
+    if "validation" in report:
+        coverage = report["validation"]
+        print(
+            f"validation coverage: {coverage['coverage']:.2%} of the reference tokens "
+            f"({coverage['sentences_covered']:.1%} of the sentences fully); "
+            f"{coverage['candidates_per_sentence']:.0f} candidates per sentence, "
+            f"{coverage['candidates_per_batch']:.0f} per batch of {coverage['batch_size']} "
+            f"({coverage['vocabulary_share_per_batch']:.1%} of the vocabulary)"
+        )
+    print("decode with it: generate(..., use_shortlist=True), or set generation_config.use_shortlist = True")
 
 
 def main(argv=None) -> None:
@@ -115,7 +163,17 @@ def main(argv=None) -> None:
     deploy.add_argument("run_dir", help="a seq2seq checkpoint folder (with its tokenizer)")
     deploy.add_argument("out_dir")
     deploy.add_argument("--format", choices=["onnx", "ctranslate2"], required=True)
-    deploy.add_argument("--quantization", choices=["int8"], default=None, help="ctranslate2: int8 weights")
+    deploy.add_argument("--quantization", choices=["int8"], default=None,
+                        help="int8 weights (CTranslate2's; for onnx, ONNX Runtime's dynamic quantisation)")
+    lexical = commands.add_parser(
+        "shortlist", help="build a vocabulary shortlist from the training data and add it to a checkpoint"
+    )
+    lexical.add_argument("run_dir", help="a translation checkpoint saved with its tokenizer (changed in place)")
+    for name, (value_type, help_text) in SHORTLIST_DATA_OPTIONS.items():
+        lexical.add_argument(f"--{name}", type=value_type, default=None, help=help_text)
+    lexical.add_argument("--top_k", type=int, default=50, help="target tokens kept per source token")
+    lexical.add_argument("--frequent", type=int, default=100, help="most frequent target tokens, always allowed")
+    lexical.add_argument("--iterations", type=int, default=5, help="EM iterations of IBM Model 1")
     args = parser.parse_args(argv)
     if args.command == "describe":
         model_kind = args.model_kind or ("seq2seq" if args.preset in PRESETS["seq2seq"] else "encoder")
@@ -131,8 +189,13 @@ def main(argv=None) -> None:
         elif args.command == "export":
             try:
                 export(args)
-            except ValueError as error:
+            except (ValueError, FileExistsError) as error:
                 parser.exit(2, f"hf-simple-attn export: error: {error}\n")
+        elif args.command == "shortlist":
+            try:
+                shortlist(args)
+            except ValueError as error:
+                parser.exit(2, f"hf-simple-attn shortlist: error: {error}\n")
         else:
             analyze(args)
         sys.stdout.flush()

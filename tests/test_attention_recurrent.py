@@ -228,8 +228,51 @@ def test_training_builds_a_fresh_graph_every_step():
         model(input_ids=source, labels=labels).loss.backward()
         assert state.initial_logits.grad is not None and state.transition.linear.weight.grad is not None
         optimizer.step()
-    # with gradients each layer runs its own chain: layer 1 one transition, layer 2 two
-    assert len(calls) == 2 * (1 + 2)
+    # with gradients each forward runs the chain A0 -> A2 once, shared by the 2 encoder layers
+    assert len(calls) == 2 * 2
+    # nothing is kept after the forward: outside one, a layer's logits come from a chain of its own
+    state.layer_logits(1)
+    assert len(calls) == 2 * 2 + 2
+
+
+@pytest.mark.parametrize("preset", ["ran-all", "ran-d", "ran-e"])
+def test_one_chain_per_forward_gives_the_per_layer_chains_loss_and_gradients(preset):
+    """k transitions per forward for a stack of k RAN layers instead of 1 + 2 + ... + k; gradient checkpointing
+    keeps the per-layer chains (a checkpointed layer recomputes what it used), so it gives the reference."""
+    # In float64, so that the other order of the same sums (the gradients of the shared chain add up before it)
+    # leaves no float32 rounding differences. RAN's attention dropout 0.2 is on: the seed fixes its masks.
+    model = make_model(preset).double().train()
+    source, labels = torch.tensor([SOURCES[0]]), torch.tensor([[14, 15, 16, 0]])
+    states = {
+        site: stack.attention_state[f"{site}_recurrent"]
+        for site, stack in (("encoder_self", model.model.encoder), ("decoder_self", model.model.decoder))
+        if f"{site}_recurrent" in stack.attention_state
+    }
+    assert states
+    calls = {site: count_calls(state.transition) for site, state in states.items()}
+    layers = {"encoder_self": TINY_MARIAN["encoder_layers"], "decoder_self": TINY_MARIAN["decoder_layers"]}
+
+    def loss_gradients_and_forward_calls():
+        model.zero_grad()
+        for site_calls in calls.values():
+            site_calls.clear()
+        torch.manual_seed(0)
+        loss = model(input_ids=source, labels=labels).loss
+        forward_calls = {site: len(site_calls) for site, site_calls in calls.items()}
+        loss.backward()
+        gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        return loss.detach(), gradients, forward_calls
+
+    loss, gradients, forward_calls = loss_gradients_and_forward_calls()
+    assert forward_calls == {site: layers[site] for site in states}
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    reference_loss, reference_gradients, forward_calls = loss_gradients_and_forward_calls()
+    assert forward_calls == {site: layers[site] * (layers[site] + 1) // 2 for site in states}
+    torch.testing.assert_close(loss, reference_loss, atol=1e-10, rtol=0)
+    assert gradients.keys() == reference_gradients.keys()
+    assert any("transition" in name for name in gradients)
+    for name, reference in reference_gradients.items():
+        torch.testing.assert_close(gradients[name], reference, atol=1e-10, rtol=0, msg=name)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():

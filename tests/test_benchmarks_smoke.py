@@ -18,6 +18,7 @@ sys.path.insert(0, BENCHMARKS)
 import bench_decoding  # noqa: E402
 import bench_int8  # noqa: E402
 import bench_length_scaling  # noqa: E402
+import bench_shortlist  # noqa: E402
 import bench_training  # noqa: E402
 import summarize  # noqa: E402
 
@@ -68,10 +69,19 @@ def test_training_benchmark(tmp_path):
         assert memory["peak_bytes"][0] < memory["peak_bytes"][-1], name  # grows with the batch
         assert memory["fit_bytes_per_sentence"] > 0 and memory["max_tokens_per_batch"] % 11 == 0
         assert entry["tokens_per_second"]["n"] == 2
-    # our base has Marian's parameters and activations: the same memory, up to a few small tensors
+    assert models["base"]["vs_base"]["tokens_per_batch_ratio"] == 1.0
+    assert models["base"]["loss_chunk_size"] > 0  # our models train with the chunked loss by default
+
+    full_logits = tmp_path / "training_full_logits.json"
+    bench_training.main([
+        "--sizes", "tiny", "--models", "MarianMTModel", "base", "--batch-size", "2", "--source-length", "6",
+        "--target-length", "5", "--memory-batch-sizes", "1", "2", "4", "--repeats", "1", "--threads", "1",
+        "--loss-chunk-size", "0", "--output", str(full_logits),
+    ])
+    models = load(full_logits)["sizes"][0]["models"]
+    # with full logits our base has Marian's parameters and activations: the same memory, up to a few small tensors
     for ours, marian in zip(models["base"]["memory"]["peak_bytes"], models["MarianMTModel"]["memory"]["peak_bytes"]):
         assert ours == pytest.approx(marian, rel=1e-3)
-    assert models["base"]["vs_base"]["tokens_per_batch_ratio"] == 1.0
 
 
 def test_length_scaling_benchmark(tmp_path):
@@ -114,3 +124,26 @@ def test_int8_benchmark(tmp_path):
     assert fp32["greedy"]["sentences_per_second"]["n"] == 2
     assert [check["check"] for check in data["checks"]] == ["base pytorch-int8", "base ctranslate2-int8",
                                                             "hc-sa pytorch-int8"]
+
+
+def test_shortlist_benchmark(tmp_path):
+    tokenizer = build_tokenizer()
+    tokenizer.model_max_length = 16  # the tiny models have 64 positions; test sentences are longer
+    model = make_model("base")
+    model.generation_config.max_length = 6
+    model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    output = tmp_path / "shortlist.json"
+    bench_shortlist.main(["--checkpoints", str(tmp_path / "base"), "--top-k", "3", "--frequent", "2", "--sentences", "5",
+                          "--batch-size", "2", "--beams", "2", "--threads", "1", "--large-size", "tiny",
+                          "--large-tokens", "3", "--large-repeats", "2", "--large-decode-repeats", "1",
+                          "--output", str(output)])
+    with open(output) as handle:
+        data = json.load(handle)
+    assert data["environment"]["torch_threads"] == 1
+    [base] = data["checkpoints"]
+    assert base["shortlist"]["test"]["sentences"] == 5 and 0 < base["shortlist"]["test"]["coverage"] <= 1
+    assert list(base["greedy"]) == ["full", "shortlist", "own"] and list(base["beam"]) == ["full", "shortlist"]
+    assert base["greedy"]["full"]["identical"] == 1.0 and base["beam"]["full"]["vs_full"]["bleu_change"] == 0
+    large = data["large_vocabulary"]
+    assert large["vocab_size"] == 100 and large["projection"]["shortlist"]["sentences_per_second"]["n"] == 2

@@ -109,6 +109,12 @@ def test_export_onnx_writes_the_encoder_and_decoder_graphs(tmp_path, tiny_tokeni
           "--format", "onnx"])
     assert "onnx model written to" in capsys.readouterr().out
     assert (tmp_path / "onnx" / "encoder.onnx").is_file() and (tmp_path / "onnx" / "decoder_with_past.onnx").is_file()
+    main(["export", str(tmp_path / "hc-sa"), str(tmp_path / "onnx8"), "--format", "onnx", "--quantization", "int8"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["hc-sa", "onnx", "onnx8"]  # no staging left
+    onnx = pytest.importorskip("onnx")
+    graph = onnx.load(tmp_path / "onnx8" / "decoder_with_past.onnx").graph
+    assert any(weight.data_type == onnx.TensorProto.INT8 for weight in graph.initializer)
+    assert (tmp_path / "onnx8" / "tokenizer.json").is_file() and (tmp_path / "onnx8" / "config.json").is_file()
     with pytest.raises(SystemExit) as stop:
         main(["export", str(tmp_path / "hc-sa"), str(tmp_path / "onnx8"), "--format", "onnx", "--quantization", "int8"])
-    assert stop.value.code == 2 and "--format ctranslate2" in capsys.readouterr().err
+    assert stop.value.code == 2 and "exists" in capsys.readouterr().err

@@ -167,9 +167,13 @@ class RecurrentAttentionState(AttentionStackState):
     When no gradient is needed (inference, `generate`), all layers' logits are computed once and
     reused by every layer, length and decoding step, until a parameter changes (tracked by the
     tensors' version counters, device and dtype) or `train()`/`eval()` is called. Edits through
-    `.data` bypass the version counters: call `model.eval()` after them. When gradients
-    are needed, each layer runs the chain A0 → A_k itself, so that gradient checkpointing of
-    that layer recomputes everything the layer used (k transitions for the k-th layer).
+    `.data` bypass the version counters: call `model.eval()` after them.
+
+    When gradients are needed (or while exporting), the chain A0 → A_L of the stack's L RAN layers runs
+    once per forward of the stack, in the graph, shared by its layers until `end_forward` (L transitions,
+    not L(L+1)/2). Under gradient checkpointing, and outside a stack's forward, each layer runs the chain
+    A0 → A_k itself (k transitions for the k-th layer): a checkpointed layer must recompute in backward
+    what it computed in forward, which a chain computed once for all layers would break.
     """
 
     def __init__(self, spec: RecurrentSpec, num_layers: int):
@@ -189,6 +193,8 @@ class RecurrentAttentionState(AttentionStackState):
             self.transition = FeedForwardTransition(max_positions, spec["transition_ffn_dim"])
         self._cache_key = None
         self._cached_logits = None
+        self._share_chain = False
+        self._forward_logits = None  # [A_1, ..., A_L] of the current forward, in the graph
 
     def init_attention_weights(self) -> None:
         # As the public code: Xavier-uniform over (heads, M, M).
@@ -197,6 +203,14 @@ class RecurrentAttentionState(AttentionStackState):
     def train(self, mode: bool = True):
         self.clear_cache()
         return super().train(mode)
+
+    def begin_forward(self, checkpointing: bool) -> None:
+        self._share_chain = not checkpointing
+        self._forward_logits = None
+
+    def end_forward(self) -> None:
+        self._share_chain = False
+        self._forward_logits = None
 
     def clear_cache(self) -> None:
         self._cache_key = None
@@ -221,7 +235,11 @@ class RecurrentAttentionState(AttentionStackState):
         graph while exporting (they depend on parameters only, so a runtime can fold them into constants)."""
         needs_graph = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
         if needs_graph or is_exporting():
-            return self.chain(layer + 1)[-1]
+            if not self._share_chain:
+                return self.chain(layer + 1)[-1]
+            if self._forward_logits is None:
+                self._forward_logits = self.chain(self.num_layers)
+            return self._forward_logits[layer]
         key = self.cache_key()
         if self._cache_key != key:
             self._cached_logits = self.chain(self.num_layers)

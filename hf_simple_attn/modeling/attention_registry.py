@@ -133,10 +133,21 @@ class AttentionContext:
 
 
 class AttentionStackState(nn.Module):
-    """Base class of what a family shares across the layers of one stack (`AttentionHeads.build_stack_state`)."""
+    """Base class of what a family shares across the layers of one stack (`AttentionHeads.build_stack_state`).
+
+    The stack calls `begin_forward` before its layers run and `end_forward` after them (`stack.stack_forward`),
+    so that a state may share work between the layers of one forward and drop it afterwards.
+    """
 
     def init_attention_weights(self) -> None:
         """Initialise raw `nn.Parameter`s and buffers (see `AttentionHeads.init_attention_weights`)."""
+
+    def begin_forward(self, checkpointing: bool) -> None:
+        """A forward of the stack's layers starts. checkpointing: whether gradient checkpointing reruns some layer
+        in backward; such a layer must recompute everything it used, so nothing may be shared with it."""
+
+    def end_forward(self) -> None:
+        """The forward of the stack's layers ended (also when a layer raised): drop what was kept for it."""
 
 
 class AttentionHeads(nn.Module):

@@ -58,6 +58,17 @@ class SimpleAttnMarianConfig(MarianConfig):
     length_ratio (`float`, *optional*, defaults to 1.0):
         γ, mean source length / mean target length over the training data; centres hard-coded
         cross attention at floor(γ·i).
+    loss_chunk_size (`int`, *optional*, defaults to 256):
+        In training with labels, the loss is computed over this many target tokens at a time, each chunk's
+        logits recomputed in backward instead of kept: the (tokens, vocabulary) logits of the whole batch, the
+        largest activation of a translation model, are never held at once, and `logits` is None in the output.
+        Costs one more vocabulary projection in backward. 0 computes the full logits as in evaluation. The
+        loss is the same either way (up to rounding).
+    shortlist_top_k (`int`, *optional*, defaults to 0):
+        Columns of the vocabulary shortlist's table (`vocab_shortlist.py`): the target tokens kept per source
+        token. 0: no shortlist. Set with the table by `set_vocab_shortlist`; used by `generate(use_shortlist=True)`.
+    shortlist_frequent (`int`, *optional*, defaults to 0):
+        Length of the shortlist's list of target tokens every sentence may produce (special and frequent tokens).
     """
 
     model_type = "simple_attn_marian"
@@ -65,6 +76,9 @@ class SimpleAttnMarianConfig(MarianConfig):
     attention_layout: dict | None = None
     attention_preset: str | None = None
     length_ratio: float | int = 1.0
+    loss_chunk_size: int = 256
+    shortlist_top_k: int = 0
+    shortlist_frequent: int = 0
 
     def __post_init__(self, **kwargs):
         for name in SIZE_FIELDS:
@@ -72,6 +86,19 @@ class SimpleAttnMarianConfig(MarianConfig):
         if self.decoder_vocab_size is not None:
             positive_int(self.decoder_vocab_size, "decoder_vocab_size")
         number_in(self.length_ratio, "length_ratio", MIN_LENGTH_RATIO, MAX_LENGTH_RATIO)
+        if self.loss_chunk_size < 0:  # the dataclass has checked the type
+            raise ValueError(
+                f"loss_chunk_size: expected an integer >= 0 (target tokens per loss chunk, 0 for no chunking), "
+                f"got {self.loss_chunk_size!r}"
+            )
+        for name in ("shortlist_top_k", "shortlist_frequent"):
+            if getattr(self, name) < 0:  # the dataclass has checked the type
+                raise ValueError(f"{name}: expected an integer >= 0 (0: no shortlist), got {getattr(self, name)!r}")
+        if self.shortlist_frequent and not self.shortlist_top_k:
+            raise ValueError(
+                f"shortlist_frequent: {self.shortlist_frequent} frequent tokens need a shortlist table "
+                "(shortlist_top_k >= 1), got shortlist_top_k=0"
+            )
         if self.attention_layout is None and self.attention_preset is not None:
             self.attention_layout = get_preset(self.attention_preset, "seq2seq")["layout"]
         self.attention_layout = normalize_layout(

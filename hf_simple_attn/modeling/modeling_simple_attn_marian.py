@@ -9,6 +9,7 @@ import math
 import torch
 from torch import nn
 from torch.nn import CrossEntropyLoss
+from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -35,7 +36,9 @@ from .stack import (
     position_limits,
     prefixed,
     run_encoder_layers,
+    stack_forward,
 )
+from .vocab_shortlist import VocabShortlist, new_vocab_shortlist, shortlist_logits, shortlist_requested
 
 
 class SimpleAttnMarianLayer(GradientCheckpointingLayer):
@@ -161,6 +164,8 @@ class SimpleAttnPreTrainedModel(SimpleAttnBasePreTrainedModel):
             init.copy_(module.weight, module.create_weight())
         elif isinstance(module, SimpleAttnMarianMTModel):
             init.zeros_(module.final_logits_bias)
+        elif isinstance(module, VocabShortlist):
+            module.init_weights()
 
 
 class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
@@ -288,15 +293,21 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_self_attentions = () if output_attentions else None
         all_cross_attentions = () if output_attentions else None
-        for layer in self.layers:
-            hidden_states, self_weights, cross_weights = layer(
-                hidden_states, self_context, encoder_hidden_states, cross_context, past_key_values, output_attentions
-            )
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_self_attentions += (self_weights,)
-                all_cross_attentions += (cross_weights,)
+        with stack_forward(self.layers, self.attention_state):
+            for layer in self.layers:
+                hidden_states, self_weights, cross_weights = layer(
+                    hidden_states,
+                    self_context,
+                    encoder_hidden_states,
+                    cross_context,
+                    past_key_values,
+                    output_attentions,
+                )
+                if output_hidden_states:
+                    all_hidden_states += (hidden_states,)
+                if output_attentions:
+                    all_self_attentions += (self_weights,)
+                    all_cross_attentions += (cross_weights,)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states,
             past_key_values=past_key_values,
@@ -435,6 +446,8 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         "model.decoder.embed_positions.weight",
     ]
     _keys_to_ignore_on_save = ["model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"]
+    # A checkpoint's vocabulary shortlist is dropped when loaded with `shortlist_top_k=0`.
+    _keys_to_ignore_on_load_unexpected = [r"^shortlist\."]
 
     def __init__(self, config: SimpleAttnMarianConfig):
         super().__init__(config)
@@ -447,6 +460,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
         )
         self._tied_weights_keys = tied
+        self.shortlist = VocabShortlist(config) if config.shortlist_top_k else None
         self.post_init()
 
     def get_encoder(self):
@@ -492,8 +506,17 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        output_vocab_mask: torch.BoolTensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
+        """labels: (batch, tgt_len) target ids, -100 where nothing is scored; the loss is their mean cross-entropy.
+        output_vocab_mask: (rows, vocab) bool, the output tokens to compute (`generate` fills it with
+        `use_shortlist=True`, see `vocab_shortlist.py`): logits of the tokens any row allows, -inf elsewhere.
+
+        In training with labels and `config.loss_chunk_size` > 0 the loss is computed chunk by chunk
+        (`chunked_loss`) and `logits` is None, as with fused-loss kernels (Liger); otherwise `logits` is
+        (batch, tgt_len, vocab).
+        """
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -513,10 +536,19 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias
-        loss = None
-        if labels is not None:
-            loss = CrossEntropyLoss()(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        if labels is not None and output_vocab_mask is not None:
+            raise ValueError("output_vocab_mask restricts the logits generation decodes over; pass it without labels")
+        loss = logits = None
+        if labels is not None and self.training and self.config.loss_chunk_size > 0:
+            loss = self.chunked_loss(outputs.last_hidden_state, labels)
+        elif output_vocab_mask is not None:
+            logits = shortlist_logits(
+                outputs.last_hidden_state, self.lm_head.weight, self.final_logits_bias[0], output_vocab_mask
+            )
+        else:
+            logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias
+            if labels is not None:
+                loss = CrossEntropyLoss()(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -528,6 +560,28 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
+
+    def chunked_loss(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """`CrossEntropyLoss()` of the logits, `config.loss_chunk_size` scored tokens at a time, each chunk under
+        activation checkpointing: backward recomputes a chunk's (chunk, vocab) logits instead of keeping the logits
+        of the whole batch.
+
+        hidden_states: (batch, tgt_len, d_model); labels: (batch, tgt_len), -100 where nothing is scored.
+        """
+        scored = labels != -100
+        hidden_states, labels = hidden_states[scored], labels[scored]  # (tokens, d_model), (tokens,)
+        chunk_size = self.config.loss_chunk_size
+        # Without scored tokens `split` gives one empty chunk: the loss is NaN in the graph, as `CrossEntropyLoss()`.
+        loss_sum = sum(
+            checkpoint(self.token_loss_sum, hidden_chunk, label_chunk, use_reentrant=False)
+            for hidden_chunk, label_chunk in zip(hidden_states.split(chunk_size), labels.split(chunk_size))
+        )
+        return loss_sum / labels.shape[0]
+
+    def token_loss_sum(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Summed cross-entropy of hidden states (tokens, d_model) against their labels (tokens,)."""
+        logits = self.lm_head(hidden_states) + self.final_logits_bias  # (tokens, vocab)
+        return nn.functional.cross_entropy(logits, labels, reduction="sum")
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor):
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -551,6 +605,37 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             inputs_tensor,
         )
         return fit_generated_length(self.config, generation_config, has_default_max_length, input_ids_length)
+
+    def set_vocab_shortlist(self, candidates: torch.Tensor, frequent: torch.Tensor) -> None:
+        """Attach a vocabulary shortlist (built from the training data by `hf_simple_attn.shortlist`): `candidates`
+        (source vocab, top_k), each source token's likely target tokens, -1 for none; `frequent`, the target tokens
+        every sentence may produce. Sets `config.shortlist_top_k` and `config.shortlist_frequent`; saved with the
+        weights; off until `generate(..., use_shortlist=True)`."""
+        self.shortlist = new_vocab_shortlist(self.config, candidates, frequent).to(self.device)
+
+    def _prepare_generation_config(self, generation_config, **kwargs):
+        """Also take `use_shortlist` (`vocab_shortlist.py`) as a generation option, like `num_beams`; it is set on
+        this call's copy of the generation config only."""
+        use_shortlist = kwargs.pop("use_shortlist", None)
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        if use_shortlist is not None:
+            generation_config.use_shortlist = use_shortlist
+        return generation_config, model_kwargs
+
+    def _maybe_prepare_encoder_kwargs_for_generation(
+        self, inputs_tensor, model_kwargs, model_input_name, generation_config
+    ):
+        """With `use_shortlist`, also look the source tokens up once per call: every decoding step gets the
+        batch's candidates as `output_vocab_mask` (one row, their union; `generate` repeats it, not changing it)."""
+        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
+            inputs_tensor, model_kwargs, model_input_name, generation_config
+        )
+        if shortlist_requested(generation_config, self.shortlist):
+            if model_input_name != "input_ids":
+                raise ValueError(f"use_shortlist=True looks up the source input_ids; generate got {model_input_name}")
+            candidates = self.shortlist.candidate_mask(inputs_tensor, model_kwargs.get("attention_mask"))
+            model_kwargs["output_vocab_mask"] = candidates.any(dim=0, keepdim=True)
+        return model_kwargs
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """Give `generate` our cache (value-only heads, absent sublayers) unless the user brought one."""

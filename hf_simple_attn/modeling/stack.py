@@ -1,5 +1,8 @@
 """Pieces every stack of layers shares, whichever model holds it (Marian-style or BERT-style)."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
@@ -67,6 +70,21 @@ def prefixed(tied: dict[str, str], prefix: str) -> dict[str, str]:
     return {f"{prefix}{target}": f"{prefix}{source}" for target, source in tied.items()}
 
 
+@contextmanager
+def stack_forward(layers: nn.ModuleList, stack_state: nn.ModuleDict) -> Iterator[None]:
+    """One forward of a stack's layers, bracketed by `begin_forward` and `end_forward` of its shared modules
+    (`AttentionStackState`), told whether gradient checkpointing reruns any of the layers in backward."""
+    # `GradientCheckpointingLayer` checkpoints a layer when both are set.
+    checkpointing = any(layer.gradient_checkpointing and layer.training for layer in layers)
+    for state in stack_state.values():
+        state.begin_forward(checkpointing)
+    try:
+        yield
+    finally:
+        for state in stack_state.values():
+            state.end_forward()
+
+
 def run_encoder_layers(
     layers: nn.ModuleList,
     hidden_states: torch.Tensor,
@@ -87,10 +105,11 @@ def run_encoder_layers(
     )
     all_hidden_states = (hidden_states,) if output_hidden_states else None
     all_attentions = () if output_attentions else None
-    for layer in layers:
-        hidden_states, weights = layer(hidden_states, context, output_attentions)
-        if output_hidden_states:
-            all_hidden_states += (hidden_states,)
-        if output_attentions:
-            all_attentions += (weights,)
+    with stack_forward(layers, stack_state):
+        for layer in layers:
+            hidden_states, weights = layer(hidden_states, context, output_attentions)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
     return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions)

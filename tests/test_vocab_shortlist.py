@@ -1,0 +1,288 @@
+"""The vocabulary shortlist: building it from parallel data, decoding with it, saving it, the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, TranslationPipeline
+from hf_simple_attn.cli import main
+from hf_simple_attn.shortlist import build_shortlist, shortlist_coverage
+
+from conftest import TINY_MARIAN, make_model
+
+
+VOCAB = TINY_MARIAN["vocab_size"]
+SPECIAL = [0, 1, VOCAB - 1]  # </s>, <unk>, <pad> of the tiny tokenizer
+SENTENCES = ["the cat sat on the mat", "a big red car runs fast", "the dog is small", "green tree and blue house"]
+
+
+def full_vocabulary_shortlist():
+    return torch.arange(VOCAB).repeat(VOCAB, 1), torch.zeros(0, dtype=torch.long)
+
+
+def restricted_shortlist(top_k=2, seed=0):
+    """Random candidates per source token, some slots empty; two frequent tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    candidates = torch.randint(2, VOCAB - 1, (VOCAB, top_k), generator=generator)
+    candidates[::3, -1] = -1
+    return candidates, torch.tensor([5, 9])
+
+
+def allowed_tokens(candidates, frequent, input_ids, attention_mask) -> set[int]:
+    """A sentence's candidates, computed independently of the model: its source tokens' rows, frequent, special."""
+    allowed = {0, VOCAB - 1} | set(frequent.tolist())  # eos, pad (= decoder start)
+    for token in input_ids[attention_mask.bool()].tolist():
+        allowed |= {candidate for candidate in candidates[token].tolist() if candidate >= 0}
+    return allowed
+
+
+def source_batch(tokenizer):
+    return tokenizer(SENTENCES, return_tensors="pt", padding=True)
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_full_vocabulary_shortlist_generates_exactly_as_without(tiny_tokenizer, num_beams):
+    model = make_model("hc-sa")
+    batch = source_batch(tiny_tokenizer)
+    expected = model.generate(
+        **batch, num_beams=num_beams, max_new_tokens=8, output_scores=True, return_dict_in_generate=True
+    )
+    model.set_vocab_shortlist(*full_vocabulary_shortlist())
+    output = model.generate(
+        **batch,
+        num_beams=num_beams,
+        max_new_tokens=8,
+        use_shortlist=True,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(output.sequences, expected.sequences)
+    assert all(torch.equal(a, b) for a, b in zip(output.scores, expected.scores))
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_restricted_shortlist_generates_only_the_candidates_of_the_batch(tiny_tokenizer, num_beams):
+    model = make_model("base")
+    candidates, frequent = restricted_shortlist()
+    model.set_vocab_shortlist(candidates, frequent)
+    batch = source_batch(tiny_tokenizer)
+    output = model.generate(**batch, num_beams=num_beams, max_new_tokens=8, use_shortlist=True)
+    batch_candidates = set().union(
+        *(
+            allowed_tokens(candidates, frequent, ids, mask)
+            for ids, mask in zip(batch["input_ids"], batch["attention_mask"])
+        )
+    )
+    assert set(output.flatten().tolist()) <= batch_candidates
+    # Alone, a sentence gets only its own candidates.
+    alone = tiny_tokenizer(SENTENCES[1:2], return_tensors="pt")
+    output = model.generate(**alone, num_beams=num_beams, max_new_tokens=8, use_shortlist=True)
+    assert set(output[0].tolist()) <= allowed_tokens(
+        candidates, frequent, alone["input_ids"][0], alone["attention_mask"][0]
+    )
+
+
+def test_shortlist_logits_are_the_full_logits_of_the_candidates(tiny_tokenizer):
+    model = make_model("base")
+    model.set_vocab_shortlist(*restricted_shortlist())
+    batch = source_batch(tiny_tokenizer)
+    union = model.shortlist.candidate_mask(batch["input_ids"], batch["attention_mask"]).any(dim=0)
+    assert 10 < union.sum() < VOCAB
+    decoder_input_ids = torch.tensor([[VOCAB - 1, 4, 5]] * len(SENTENCES))
+    full = model(**batch, decoder_input_ids=decoder_input_ids).logits
+    restricted = model(**batch, decoder_input_ids=decoder_input_ids, output_vocab_mask=union[None]).logits
+    torch.testing.assert_close(restricted, full.masked_fill(~union, float("-inf")))
+
+
+def test_the_shortlist_is_off_by_default_and_never_outlives_its_call(tiny_tokenizer):
+    model = make_model("base")
+    batch = source_batch(tiny_tokenizer)
+    expected = model.generate(**batch, max_new_tokens=8)
+    model.set_vocab_shortlist(*restricted_shortlist(top_k=1))
+    restricted = model.generate(**batch, max_new_tokens=8, use_shortlist=True)
+    assert not torch.equal(restricted, expected)
+    assert torch.equal(model.generate(**batch, max_new_tokens=8), expected)
+    assert not hasattr(model.generation_config, "use_shortlist")
+    model.generation_config.use_shortlist = True  # on by default for this model: saved in generation_config.json
+    assert torch.equal(model.generate(**batch, max_new_tokens=8), restricted)
+    assert torch.equal(model.generate(**batch, max_new_tokens=8, use_shortlist=False), expected)
+    translator = TranslationPipeline(model=model, tokenizer=tiny_tokenizer)
+    # The candidates of a batch are those of all its sentences: the pipeline's batch is the same batch here.
+    texts = [row["translation_text"] for row in translator(SENTENCES, max_new_tokens=8, batch_size=len(SENTENCES))]
+    assert texts == tiny_tokenizer.batch_decode(restricted, skip_special_tokens=True)
+
+
+def test_save_and_load_keep_the_shortlist_and_its_code(tmp_path, tiny_tokenizer):
+    model = make_model("hc-sa")
+    candidates, frequent = restricted_shortlist(top_k=3)
+    model.set_vocab_shortlist(candidates, frequent)
+    model.save_pretrained(tmp_path)
+    assert os.path.exists(tmp_path / "vocab_shortlist.py")
+    loaded, info = SimpleAttnMarianMTModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    assert (loaded.config.shortlist_top_k, loaded.config.shortlist_frequent) == (3, 2)
+    assert torch.equal(loaded.shortlist.candidates, candidates.int())
+    assert torch.equal(loaded.shortlist.frequent, frequent.int())
+    batch = source_batch(tiny_tokenizer)
+    assert torch.equal(
+        loaded.eval().generate(**batch, max_new_tokens=8, use_shortlist=True),
+        model.generate(**batch, max_new_tokens=8, use_shortlist=True),
+    )
+    # Loaded with shortlist_top_k=0, the shortlist is dropped quietly.
+    plain, info = SimpleAttnMarianMTModel.from_pretrained(
+        tmp_path, shortlist_top_k=0, shortlist_frequent=0, output_loading_info=True
+    )
+    assert plain.shortlist is None and info["unexpected_keys"] == set()
+
+
+def test_a_checkpoint_without_shortlist_loads_unchanged(tmp_path):
+    model = make_model("base")
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert (config["shortlist_top_k"], config["shortlist_frequent"]) == (0, 0)
+    del config["shortlist_top_k"], config["shortlist_frequent"]  # as saved before the shortlist existed
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded, info = SimpleAttnMarianMTModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert loaded.shortlist is None and info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+
+
+def test_bad_arguments_name_the_field(tiny_tokenizer):
+    for overrides, message in (
+        ({"shortlist_top_k": -1}, "shortlist_top_k: expected an integer >= 0"),
+        ({"shortlist_frequent": 5}, "shortlist_frequent: 5 frequent tokens need a shortlist table"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            SimpleAttnMarianConfig(**TINY_MARIAN, **overrides)
+    model = make_model("base")
+    candidates, frequent = restricted_shortlist()
+    for bad, message in (
+        ((candidates.float(), frequent), "candidates: expected a 2-D tensor of integer token ids"),
+        ((candidates[:5], frequent), r"candidates: expected one row per source token \(40\)"),
+        ((candidates[:, :0], frequent), r"candidates: expected at least one column"),
+        ((candidates + VOCAB, frequent), r"candidates: token ids must lie in \[-1, 40\)"),
+        ((candidates, frequent - 10), r"frequent: token ids must lie in \[0, 40\)"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            model.set_vocab_shortlist(*bad)
+    assert model.shortlist is None and model.config.shortlist_top_k == 0
+    batch = source_batch(tiny_tokenizer)
+    with pytest.raises(ValueError, match="use_shortlist=True: this model has no vocabulary shortlist"):
+        model.generate(**batch, max_new_tokens=3, use_shortlist=True)
+    model.set_vocab_shortlist(candidates, frequent)
+    with pytest.raises(ValueError, match="use_shortlist: expected True or False, got 'yes'"):
+        model.generate(**batch, max_new_tokens=3, use_shortlist="yes")
+    with pytest.raises(ValueError, match="output_vocab_mask: expected a bool tensor of shape"):
+        model(**batch, decoder_input_ids=batch["input_ids"], output_vocab_mask=torch.ones(4, VOCAB))
+    with pytest.raises(ValueError, match="pass it without labels"):
+        model(**batch, labels=batch["input_ids"], output_vocab_mask=torch.ones(4, VOCAB, dtype=torch.bool))
+    with pytest.raises(ValueError, match="top_k: expected an integer >= 1"):
+        build_shortlist([[2]], [[3]], VOCAB, SPECIAL, top_k=0)
+
+
+def toy_corpus():
+    """Source token 10 always comes with target 20, 11 with 21 and 12 with 22; target 30 is in every sentence, 31 in
+    most; the special tokens ends every sentence."""
+    source = [[10, 12, 0], [11, 12, 0], [10, 11, 0], [10, 0], [11, 0], [12, 13, 0]]
+    target = [[20, 22, 30, 0], [21, 22, 30, 31, 0], [20, 21, 30, 31, 0], [20, 30, 31, 0], [21, 30, 0], [22, 30, 31, 0]]
+    return source, target
+
+
+def test_build_shortlist_ranks_by_lexical_translation_probability():
+    source, target = toy_corpus()
+    shortlist = build_shortlist(source, target, VOCAB, SPECIAL, top_k=2, frequent=1)
+    assert shortlist.frequent.tolist() == [*SPECIAL, 30]  # the special tokens, then the most frequent
+    assert shortlist.candidates.shape == (VOCAB, 2) and shortlist.candidates.dtype == torch.int32
+    # Each token's translation first; 30 is always allowed, so it takes no slot; 31 explains nothing better.
+    assert shortlist.candidates[10].tolist() == [20, 31]
+    assert shortlist.candidates[11].tolist() == [21, 31]
+    assert shortlist.candidates[12, 0] == 22 and shortlist.candidates[13, 0] in (22, 31)
+    # Unseen and special source tokens have no candidates.
+    assert (shortlist.candidates[[0, 1, 2, 14, VOCAB - 1]] == -1).all()
+    coverage = shortlist_coverage(
+        shortlist, [[10, 11, 0], [13, 0]], [[21, 20, 30, 0], [23, 0]], VOCAB, SPECIAL, batch_size=1
+    )
+    assert coverage["coverage"] == 3 / 4 and coverage["sentences_covered"] == 1 / 2
+    # Always allowed: the special tokens and 30; from the table: 20, 21, 31, and 22, 31.
+    assert coverage["candidates_per_sentence"] == (2 * (len(SPECIAL) + 1) + 3 + 2) / 2
+
+
+def test_cli_adds_the_shortlist_to_a_checkpoint(tmp_path, tiny_tokenizer, capsys):
+    model = make_model("base")
+    model.save_pretrained(tmp_path / "run")
+    tiny_tokenizer.save_pretrained(tmp_path / "run")
+    words = "the a cat dog sat on mat house is big small red blue green tree car runs fast slow and".split()
+    with open(tmp_path / "train.jsonl", "w") as handle:
+        for index in range(40):
+            source = " ".join(words[(index + shift) % len(words)] for shift in (0, 3, 7))
+            target = " ".join(words[(index + shift + 1) % len(words)] for shift in (0, 3, 7))
+            handle.write(json.dumps({"translation": {"en": source, "de": target}}) + "\n")
+    main(
+        [
+            "shortlist",
+            str(tmp_path / "run"),
+            "--train_file",
+            str(tmp_path / "train.jsonl"),
+            "--validation_file",
+            str(tmp_path / "train.jsonl"),
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "de",
+            "--top_k",
+            "3",
+            "--frequent",
+            "2",
+        ]
+    )
+    assert "validation coverage" in capsys.readouterr().out
+    loaded = SimpleAttnMarianMTModel.from_pretrained(tmp_path / "run")
+    assert (loaded.config.shortlist_top_k, loaded.config.shortlist_frequent) == (3, 3 + 2)
+    assert torch.equal(loaded.model.shared.weight, model.model.shared.weight)
+    # "cat" (word 2) is always translated as "dog" (word 3).
+    assert loaded.shortlist.candidates[tiny_tokenizer.convert_tokens_to_ids("cat"), 0] == 5
+    assert not [name for name in os.listdir(tmp_path / "run") if name.startswith(".shortlist")]
+    with pytest.raises(SystemExit) as stopped:
+        main(["shortlist", str(tmp_path / "run"), "--train_file", str(tmp_path / "train.jsonl")])
+    assert stopped.value.code == 2
+    assert "hf-simple-attn shortlist: error: Need to specify the source language" in capsys.readouterr().err
+
+
+REMOTE_SHORTLIST = textwrap.dedent(
+    """
+    import json, sys
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+    batch = tokenizer(json.loads(sys.argv[2]), return_tensors="pt", padding=True)
+    output = model.generate(**batch, num_beams=3, max_new_tokens=8, use_shortlist=True)
+    print(json.dumps({"module": type(model).__module__, "ids": output.tolist()}))
+    """
+)
+
+
+def test_a_saved_shortlist_decodes_where_the_package_is_not_installed(tmp_path, tiny_tokenizer):
+    model = make_model("hc-sa")
+    model.set_vocab_shortlist(*restricted_shortlist())
+    model.save_pretrained(tmp_path / "model")
+    tiny_tokenizer.save_pretrained(tmp_path / "model")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_SHORTLIST, str(tmp_path / "model"), json.dumps(SENTENCES)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["module"].startswith("transformers_modules.")
+    expected = model.generate(**source_batch(tiny_tokenizer), num_beams=3, max_new_tokens=8, use_shortlist=True)
+    assert report["ids"] == expected.tolist()
