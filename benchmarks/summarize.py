@@ -88,6 +88,11 @@ def length_scaling(data: dict) -> list[str]:
     return lines + [""]
 
 
+def deployment(data: dict) -> list[str]:
+    """The table `bench_deployment.py` stores with its results (sentences/s, ratio to CTranslate2 fp32)."""
+    return data["table"] + [""]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+")
@@ -95,7 +100,8 @@ def main(argv=None):
     for path in args.files:
         with open(path) as handle:
             data = json.load(handle)
-        tables = {"decoding": decoding, "training": training, "length_scaling": length_scaling}[data["benchmark"]]
+        tables = {"decoding": decoding, "training": training, "length_scaling": length_scaling,
+                  "deployment": deployment}[data["benchmark"]]
         print("\n".join(tables(data)))
         for check in data.get("targets", []):
             print(f"- {check['check']}: {check['measured']:.3f}× (target {check['target']}×)"

@@ -24,12 +24,23 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
+from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
+
 
 def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
-    """A copy of `model` (left as it is) in eval mode whose `nn.Linear` layers compute in int8."""
+    """A copy of `model` (left as it is) in eval mode whose `nn.Linear` layers compute in int8.
+
+    A translation model with a vocabulary shortlist keeps its output layer in float32: the shortlist computes the
+    logits of its candidate rows of that layer's weight only, which an int8 layer does not expose."""
+    keep_float = {"lm_head"} if isinstance(model, SimpleAttnMarianMTModel) and model.shortlist is not None else set()
+    linears = {
+        name: torch.ao.quantization.default_dynamic_qconfig
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name not in keep_float
+    }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"torch\.(ao\.quantization|quantize_per_tensor)")
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8).eval()
+        return torch.ao.quantization.quantize_dynamic(model, linears, dtype=torch.qint8).eval()
 
 
 def quantize_onnx_int8(onnx_dir, out_dir) -> Path:

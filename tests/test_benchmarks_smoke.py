@@ -16,6 +16,7 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 sys.path.insert(0, BENCHMARKS)
 
 import bench_decoding  # noqa: E402
+import bench_deployment  # noqa: E402
 import bench_int8  # noqa: E402
 import bench_length_scaling  # noqa: E402
 import bench_shortlist  # noqa: E402
@@ -147,3 +148,21 @@ def test_shortlist_benchmark(tmp_path):
     assert base["greedy"]["full"]["identical"] == 1.0 and base["beam"]["full"]["vs_full"]["bleu_change"] == 0
     large = data["large_vocabulary"]
     assert large["vocab_size"] == 100 and large["projection"]["shortlist"]["sentences_per_second"]["n"] == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 missing")
+def test_deployment_benchmark(tmp_path):
+    output = tmp_path / "deployment.json"
+    bench_deployment.main(["--size", "tiny", "--presets", "base", "sh-x", "--engines", "MarianMTModel",
+                           "ctranslate2-fp32", "ctranslate2-int8", "eager", "int8", "shortlist", "int8+shortlist",
+                           "--batch-sizes", "2", "--beams", "1", "2", "--new-tokens", "3", "--shortlist-top-k", "3",
+                           "--repeats", "1", "--threads", "1", "--output", str(output)])
+    data = load(output)
+    assert [(cell["batch_size"], cell["num_beams"]) for cell in data["cells"]] == [(2, 1), (2, 2)]
+    engines = ["MarianMTModel", "ctranslate2-fp32", "ctranslate2-int8"] + [
+        f"{preset}/{kind}" for preset in ("base", "sh-x") for kind in ("eager", "int8", "int8+shortlist", "shortlist")
+    ]
+    assert list(data["cells"][0]["engines"]) == engines
+    assert data["cells"][1]["engines"]["sh-x/shortlist"]["sentences_per_second"]["n"] == 1
+    assert len(data["table"]) == 2 + len(engines) and "(1.00x)" in data["table"][3]
+    assert data["targets"] == []  # the targets are checked at batch size 64 only

@@ -108,3 +108,16 @@ def test_int8_model_generates_close_to_fp32(preset, tiny_tokenizer):
     assert (logits - expected).abs().max() <= 0.05 * expected.abs().max()
     output = quantized.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_length=8)
     assert output.shape[0] == len(TEXTS) and 1 < output.shape[1] <= 8
+
+
+def test_int8_model_with_a_shortlist_keeps_the_output_layer_in_float32(tiny_tokenizer):
+    model = make_model("sh-x", init_std=0.02)
+    vocab_size = model.config.vocab_size
+    model.set_vocab_shortlist(torch.arange(vocab_size)[:, None].expand(vocab_size, 3) % vocab_size, torch.arange(4))
+    quantized = quantize_dynamic_int8(model)
+    assert type(quantized.lm_head) is torch.nn.Linear
+    assert isinstance(quantized.model.decoder.layers[0].fc1, DynamicQuantizedLinear)
+    batch = tiny_tokenizer(TEXTS, return_tensors="pt", padding=True)
+    output = quantized.generate(**batch, max_length=8, use_shortlist=True)
+    allowed = model.shortlist.candidate_mask(batch["input_ids"], batch["attention_mask"]).any(dim=0)
+    assert allowed[output[:, 1:]].all()
