@@ -193,7 +193,7 @@ def measure_size(size: str, args) -> dict:
 
 def check_linear_range(args, loss_chunk_sizes: set[int]) -> None:
     """Warn when some memory batches fit in one loss chunk and others do not: the loss's share of the peak (one
-    chunk's logits, and from the second chunk on a transient copy of the output layer's weight gradient) grows
+    chunk's logits, besides the output layer's weight gradient, whose size does not depend on the batch) grows
     with the batch up to one chunk and stays constant after, so the linear fit needs every batch on one side."""
     target_tokens = [b * args.target_length for b in args.memory_batch_sizes]
     for chunk_size in sorted(loss_chunk_sizes):

@@ -20,6 +20,8 @@ import torch
 from torch.utils.data import Sampler, SequentialSampler
 from transformers import Seq2SeqTrainer, Trainer
 
+from .label_smoothing import ModelLabelSmoothingMixin
+
 
 MEGABATCH_BATCHES = 50
 
@@ -111,8 +113,9 @@ class LengthGroupedTrainer(LengthGroupedSamplingMixin, Trainer):
     """`Trainer` with `LengthGroupedSamplingMixin`'s `group_by_length`."""
 
 
-class LengthGroupedSeq2SeqTrainer(LengthGroupedSamplingMixin, Seq2SeqTrainer):
-    """`Seq2SeqTrainer` with `LengthGroupedSamplingMixin`'s `group_by_length`."""
+class LengthGroupedSeq2SeqTrainer(LengthGroupedSamplingMixin, ModelLabelSmoothingMixin, Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with `LengthGroupedSamplingMixin`'s `group_by_length`; with `label_smoothing_factor`, our
+    models smooth their (chunked) loss themselves (`ModelLabelSmoothingMixin`)."""
 
 
 __all__ = [

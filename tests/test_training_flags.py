@@ -251,7 +251,7 @@ def test_accelerate_loop_tracks_generates_up_to_max_length_and_scores_by_loss(co
     assert read_json(tracked / "eval_results.json")["eval_gen_len"] <= 4
 
     by_loss = tmp_path / "by-loss"
-    # with label smoothing the loop computes the loss from the logits (the model's own loss is chunked in training)
+    # with label smoothing the model smooths its own loss (chunked in training)
     run_translation_no_trainer.main(
         common + ["--predict_with_generate", "false", "--label_smoothing_factor", "0.1", "--output_dir", str(by_loss)]
     )

@@ -374,18 +374,8 @@ def training_step(accelerator: Accelerator, args: LoopArguments, model, batch, o
     """One forward and backward pass (an optimizer step once the gradients of --gradient_accumulation_steps
     batches are accumulated); returns the batch's loss (with --label_smoothing_factor, the smoothed one)."""
     with accelerator.accumulate(model):
-        if args.label_smoothing_factor > 0:
-            # As Seq2SeqTrainer: without labels the model returns its logits (in training, a model given labels
-            # may compute its loss in chunks and return none); the collator made the decoder inputs.
-            inputs = {name: value for name, value in batch.items() if name != "labels"}
-            loss = torch.nn.functional.cross_entropy(
-                model(**inputs).logits.flatten(0, 1),
-                batch["labels"].flatten(),
-                ignore_index=-100,
-                label_smoothing=args.label_smoothing_factor,
-            )
-        else:
-            loss = model(**batch).loss
+        # The model smooths its loss itself, which it computes in chunks without full logits in training.
+        loss = model(**batch, label_smoothing=args.label_smoothing_factor).loss
         accelerator.backward(loss)
         if accelerator.sync_gradients and args.max_grad_norm > 0:
             accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)

@@ -59,11 +59,11 @@ class SimpleAttnMarianConfig(MarianConfig):
         γ, mean source length / mean target length over the training data; centres hard-coded
         cross attention at floor(γ·i).
     loss_chunk_size (`int`, *optional*, defaults to 256):
-        In training with labels, the loss is computed over this many target tokens at a time, each chunk's
-        logits recomputed in backward instead of kept: the (tokens, vocabulary) logits of the whole batch, the
-        largest activation of a translation model, are never held at once, and `logits` is None in the output.
-        Costs one more vocabulary projection in backward. 0 computes the full logits as in evaluation. The
-        loss is the same either way (up to rounding).
+        In training with labels, the loss is computed over this many target tokens at a time, together with its
+        gradients (`fused_cross_entropy.py`): the (tokens, vocabulary) logits of the whole batch, the largest
+        activation of a translation model, are never held at once, and `logits` is None in the output. Nothing
+        is recomputed; the output layer's weight gradient is held from forward to backward instead. 0 computes
+        the full logits as in evaluation. The loss is the same either way (up to rounding).
     shortlist_top_k (`int`, *optional*, defaults to 0):
         Columns of the vocabulary shortlist's table (`vocab_shortlist.py`): the target tokens kept per source
         token. 0: no shortlist. Set with the table by `set_vocab_shortlist`; used by `generate(use_shortlist=True)`.

@@ -8,8 +8,6 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import CrossEntropyLoss
-from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -28,6 +26,7 @@ from .attention import SimpleAttention, tie_query_key_projections
 from .attention_registry import AttentionContext
 from .cache import new_decoder_cache
 from .configuration_simple_attn import SimpleAttnMarianConfig
+from .fused_cross_entropy import chunked_cross_entropy
 from .modeling_simple_attn_common import SimpleAttnBasePreTrainedModel
 from .stack import (
     build_stack_state,
@@ -440,6 +439,9 @@ def fit_generated_length(config, generation_config, has_default_max_length: bool
 class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
     """The encoder-decoder with Marian's language-modelling head; translates with `generate`."""
 
+    # `forward` smooths its loss itself when given `label_smoothing`: trainers that look for this pass it.
+    accepts_label_smoothing = True
+
     _keys_to_ignore_on_load_missing = [
         "final_logits_bias",
         "model.encoder.embed_positions.weight",
@@ -507,16 +509,24 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         output_vocab_mask: torch.BoolTensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
-        """labels: (batch, tgt_len) target ids, -100 where nothing is scored; the loss is their mean cross-entropy.
+        """labels: (batch, tgt_len) target ids, -100 where nothing is scored. The loss is their summed cross-entropy
+        divided by `num_items_in_batch`, by default the number of scored tokens (their mean); transformers' `Trainer`
+        passes the scored tokens of all the batches it accumulates, as it does to its own models' losses.
+        label_smoothing (a keyword of `kwargs`): ε of the loss, with transformers' `LabelSmoother` formula (that of
+        torch's `cross_entropy`); trainers pass their `label_smoothing_factor` here instead of smoothing the logits,
+        so the loss stays chunked. Not a named parameter: transformers' `Trainer` takes every parameter whose name
+        holds "label" for a label input, and computes no evaluation loss when an input lacks it.
         output_vocab_mask: (rows, vocab) bool, the output tokens to compute (`generate` fills it with
         `use_shortlist=True`, see `vocab_shortlist.py`): logits of the tokens any row allows, -inf elsewhere.
 
-        In training with labels and `config.loss_chunk_size` > 0 the loss is computed chunk by chunk
-        (`chunked_loss`) and `logits` is None, as with fused-loss kernels (Liger); otherwise `logits` is
-        (batch, tgt_len, vocab).
+        In training with labels and `config.loss_chunk_size` > 0 the loss is computed chunk by chunk together with
+        its gradients (`fused_cross_entropy.py`) and `logits` is None, as with fused-loss kernels (Liger); otherwise
+        `logits` is (batch, tgt_len, vocab).
         """
+        label_smoothing = kwargs.pop("label_smoothing", 0.0)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -540,7 +550,14 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             raise ValueError("output_vocab_mask restricts the logits generation decodes over; pass it without labels")
         loss = logits = None
         if labels is not None and self.training and self.config.loss_chunk_size > 0:
-            loss = self.chunked_loss(outputs.last_hidden_state, labels)
+            loss = chunked_cross_entropy(
+                outputs.last_hidden_state,
+                self.lm_head.weight,
+                self.final_logits_bias[0],
+                labels,
+                self.config.loss_chunk_size,
+                label_smoothing,
+            )
         elif output_vocab_mask is not None:
             logits = shortlist_logits(
                 outputs.last_hidden_state, self.lm_head.weight, self.final_logits_bias[0], output_vocab_mask
@@ -548,7 +565,12 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         else:
             logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias
             if labels is not None:
-                loss = CrossEntropyLoss()(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+                loss = nn.functional.cross_entropy(
+                    logits.flatten(0, 1), labels.flatten(), label_smoothing=label_smoothing, reduction="sum"
+                )
+        if labels is not None:
+            divisor = (labels != -100).sum() if num_items_in_batch is None else num_items_in_batch
+            loss = loss / torch.as_tensor(divisor, device=loss.device)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -560,28 +582,6 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
-
-    def chunked_loss(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """`CrossEntropyLoss()` of the logits, `config.loss_chunk_size` scored tokens at a time, each chunk under
-        activation checkpointing: backward recomputes a chunk's (chunk, vocab) logits instead of keeping the logits
-        of the whole batch.
-
-        hidden_states: (batch, tgt_len, d_model); labels: (batch, tgt_len), -100 where nothing is scored.
-        """
-        scored = labels != -100
-        hidden_states, labels = hidden_states[scored], labels[scored]  # (tokens, d_model), (tokens,)
-        chunk_size = self.config.loss_chunk_size
-        # Without scored tokens `split` gives one empty chunk: the loss is NaN in the graph, as `CrossEntropyLoss()`.
-        loss_sum = sum(
-            checkpoint(self.token_loss_sum, hidden_chunk, label_chunk, use_reentrant=False)
-            for hidden_chunk, label_chunk in zip(hidden_states.split(chunk_size), labels.split(chunk_size))
-        )
-        return loss_sum / labels.shape[0]
-
-    def token_loss_sum(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Summed cross-entropy of hidden states (tokens, d_model) against their labels (tokens,)."""
-        logits = self.lm_head(hidden_states) + self.final_logits_bias  # (tokens, vocab)
-        return nn.functional.cross_entropy(logits, labels, reduction="sum")
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor):
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -1,0 +1,131 @@
+"""Fused linear cross-entropy: the loss of an output projection's logits, computed chunk by chunk together with its
+gradients, so that neither forward nor backward holds the (tokens, vocabulary) logits of the whole batch.
+
+The logits of a translation model's output layer are its largest activation (58k vocabulary entries per target
+token at opus-mt size). Forward goes over the scored tokens `chunk_size` at a time: it computes a chunk's logits,
+its loss, and at once the gradients of the loss sum with respect to the hidden states, the weight and the bias, then
+drops the logits. Backward only scales these gradients by the incoming one, so nothing is computed twice (unlike
+activation checkpointing, which recomputes each chunk's logits). The price is memory of the size of the weight:
+its gradient is held from forward to backward. As in Liger's fused linear cross-entropy kernel.
+
+Precision: the matmuls run in the input dtype, or in the autocast dtype when autocast is on, as `nn.Linear` would;
+the softmax, the loss and the weight and bias gradients are computed and summed in float32 (or the input's wider
+dtype), as autocast does for `cross_entropy`.
+"""
+
+import torch
+
+
+def chunked_cross_entropy(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    chunk_size: int,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
+    """Summed cross-entropy of the logits `hidden_states @ weight.T + bias` against `labels`, that is
+    `nn.functional.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction="sum")` (-100 ignored),
+    computed `chunk_size` scored tokens at a time (`FusedLinearCrossEntropy`).
+
+    hidden_states: (..., d_model); weight: (vocab, d_model); bias: (vocab,) or None; labels: (...), -100 where
+    nothing is scored. Without scored tokens the sum is 0 and the gradients are zero.
+    """
+    scored = labels != -100
+    hidden_states, labels = hidden_states[scored], labels[scored]  # (tokens, d_model), (tokens,)
+    inputs = (hidden_states, weight, bias)
+    if torch.is_grad_enabled() and any(tensor is not None and tensor.requires_grad for tensor in inputs):
+        return FusedLinearCrossEntropy.apply(*inputs, labels, chunk_size, label_smoothing)
+    return loss_and_gradients(*inputs, labels, chunk_size, label_smoothing, (False, False, False))[0]
+
+
+class FusedLinearCrossEntropy(torch.autograd.Function):
+    """`chunked_cross_entropy` for scored tokens only: hidden_states (tokens, d_model), labels (tokens,).
+    Forward computes the gradients that the inputs need (`loss_and_gradients`) and saves them; backward scales them."""
+
+    @staticmethod
+    def forward(ctx, hidden_states, weight, bias, labels, chunk_size, label_smoothing):
+        # Without scored tokens the gradients are zero: None, so that backward does not multiply them by the
+        # infinite gradient of the loss averaged over no tokens (which is NaN, as `CrossEntropyLoss()`'s).
+        needs_gradients = tuple(needed and labels.numel() > 0 for needed in ctx.needs_input_grad[:3])
+        loss_sum, *gradients = loss_and_gradients(
+            hidden_states, weight, bias, labels, chunk_size, label_smoothing, needs_gradients
+        )
+        ctx.save_for_backward(*gradients)
+        return loss_sum
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        gradients = [None if gradient is None else gradient * grad_output for gradient in ctx.saved_tensors]
+        return *gradients, None, None, None
+
+
+def loss_and_gradients(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    chunk_size: int,
+    label_smoothing: float,
+    needs_gradients: tuple[bool, bool, bool],
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The summed loss of hidden_states (tokens, d_model) against labels (tokens,), and its gradients with respect
+    to hidden_states, weight and bias where `needs_gradients` says so (None elsewhere), one chunk at a time.
+
+    Per token with logits z over V entries, ε = label_smoothing (transformers' `LabelSmoother`, torch's
+    `cross_entropy`): loss = (1 - ε)·(logsumexp(z) - z[label]) + ε·(logsumexp(z) - mean(z)), whose gradient with
+    respect to z is softmax(z) - (1 - ε)·onehot(label) - ε/V.
+    """
+    device_type = hidden_states.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    dtype = torch.get_autocast_dtype(device_type) if autocast else hidden_states.dtype
+    accumulate_dtype = torch.promote_types(dtype, torch.float32)
+    vocab_size = weight.shape[0]
+    needs_hidden, needs_weight, needs_bias = needs_gradients
+    grad_hidden = torch.empty_like(hidden_states) if needs_hidden else None
+    grad_weight = torch.zeros_like(weight, dtype=accumulate_dtype) if needs_weight else None
+    grad_bias = torch.zeros_like(bias, dtype=accumulate_dtype) if needs_bias else None
+    loss_sum = hidden_states.new_zeros((), dtype=accumulate_dtype)
+    with torch.autocast(device_type, enabled=False):
+        compute_weight = weight.to(dtype)
+        compute_bias = None if bias is None else bias.to(dtype)
+        for start in range(0, labels.shape[0], chunk_size):
+            hidden_chunk = hidden_states[start : start + chunk_size].to(dtype)  # (chunk, d_model)
+            label_chunk = labels[start : start + chunk_size, None]  # (chunk, 1)
+            if compute_bias is None:
+                logits = hidden_chunk @ compute_weight.T
+            else:
+                logits = torch.addmm(compute_bias, hidden_chunk, compute_weight.T)
+            logits = logits.to(accumulate_dtype)  # (chunk, vocab), the one vocabulary-sized tensor of the chunk
+            max_logits = logits.amax(dim=-1, keepdim=True)  # (chunk, 1)
+            token_losses = -logits.gather(1, label_chunk)  # (chunk, 1)
+            if label_smoothing:
+                token_losses = (1 - label_smoothing) * token_losses - label_smoothing * logits.mean(-1, keepdim=True)
+            # Softmax in place of the logits.
+            probabilities = logits.sub_(max_logits).exp_()
+            exp_sums = probabilities.sum(dim=-1, keepdim=True)
+            probabilities /= exp_sums
+            loss_sum += (token_losses + max_logits + exp_sums.log()).sum()
+            if not any(needs_gradients):
+                continue
+            grad_logits = probabilities  # (chunk, vocab)
+            if label_smoothing:
+                grad_logits -= label_smoothing / vocab_size
+            grad_logits.scatter_add_(1, label_chunk, grad_logits.new_full(label_chunk.shape, label_smoothing - 1))
+            if needs_bias:
+                grad_bias += grad_logits.sum(0)
+            grad_logits = grad_logits.to(dtype)
+            if needs_hidden:
+                grad_hidden[start : start + chunk_size] = grad_logits @ compute_weight
+            if needs_weight and dtype == accumulate_dtype:
+                grad_weight.addmm_(grad_logits.T, hidden_chunk)
+            elif needs_weight:  # half-precision products, summed over the chunks in float32
+                grad_weight += grad_logits.T @ hidden_chunk
+    if grad_weight is not None:
+        grad_weight = grad_weight.to(weight.dtype)
+    if grad_bias is not None:
+        grad_bias = grad_bias.to(bias.dtype)
+    return loss_sum, grad_hidden, grad_weight, grad_bias
+
+
+__all__ = ["chunked_cross_entropy"]
