@@ -326,6 +326,7 @@ def main(argv=None):
         for batch_size in args.batch_sizes:
             for num_beams in args.beams:
                 data["cells"].append(measure_cell(engines, batch_size, num_beams, args))
+                common.write_json(args.output, data)  # each finished cell is kept if a later one is cut short
     data["targets"] = check_targets(data["cells"], args.presets)
     data["table"] = table(data["cells"], list(engines))
     print("\n".join(data["table"]))
