@@ -18,7 +18,6 @@ import os
 import tempfile
 import time
 
-import sacrebleu
 import torch
 from transformers import AutoTokenizer
 
@@ -94,15 +93,6 @@ def translate_all(engine, sources: list[str], batch_size: int, num_beams: int) -
     return time.perf_counter() - wall, time.process_time() - cpu, translations
 
 
-def scores(predictions: list[str], references: list[str], reference_predictions: list[str]) -> dict:
-    predictions = [text.strip() for text in predictions]
-    return {
-        "bleu": sacrebleu.corpus_bleu(predictions, [references]).score,
-        "chrf": sacrebleu.corpus_chrf(predictions, [references]).score,
-        "identical": sum(a == b.strip() for a, b in zip(predictions, reference_predictions)) / len(predictions),
-    }
-
-
 def measure_checkpoint(path: str, sources: list[str], references: list[str], args) -> dict:
     name = os.path.basename(os.path.normpath(path))
     with tempfile.TemporaryDirectory() as workdir:
@@ -127,11 +117,11 @@ def measure_checkpoint(path: str, sources: list[str], references: list[str], arg
     for engine in names:
         results[engine] = {
             "greedy": {
-                **scores(greedy[engine], references, greedy[FP32]),
+                **common.translation_scores(greedy[engine], references, greedy[FP32]),
                 "sentences_per_second": common.summary([len(sources) / wall for wall in walls[engine]]),
                 "sentences_per_cpu_second": common.summary([len(sources) / cpu for cpu in cpus[engine]]),
             },
-            "beam": {**scores(beam[engine], references, beam[FP32]),
+            "beam": {**common.translation_scores(beam[engine], references, beam[FP32]),
                      "sentences_per_second": len(sources) / beam_walls[engine]},
         }
     reference = results[FP32]["greedy"]

@@ -28,7 +28,6 @@ import shutil
 import tempfile
 import time
 
-import sacrebleu
 import torch
 from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList
 
@@ -103,15 +102,6 @@ def translate_all(model, tokenizer, sources: list[str], batch_size: int, num_bea
     return time.perf_counter() - wall, time.process_time() - cpu, translations
 
 
-def scores(predictions: list[str], references: list[str], reference_predictions: list[str]) -> dict:
-    predictions = [text.strip() for text in predictions]
-    return {
-        "bleu": sacrebleu.corpus_bleu(predictions, [references]).score,
-        "chrf": sacrebleu.corpus_chrf(predictions, [references]).score,
-        "identical": sum(a == b.strip() for a, b in zip(predictions, reference_predictions)) / len(predictions),
-    }
-
-
 def speed(sentences: int, walls: list[float], cpus: list[float]) -> dict:
     return {
         "sentences_per_second": common.summary([sentences / wall for wall in walls]),
@@ -149,7 +139,7 @@ def measure_search(model, tokenizer, sources, references, search: str, args, nam
         )
     results = {
         engine: {
-            **scores(translations[engine], references, translations[FULL]),
+            **common.translation_scores(translations[engine], references, translations[FULL]),
             **speed(len(sources), walls[engine], cpus[engine]),
         }
         for engine in engines

@@ -13,6 +13,7 @@ import statistics
 import sys
 import time
 
+import sacrebleu
 import torch
 import transformers
 from torch.profiler import ProfilerActivity, profile
@@ -203,6 +204,17 @@ def pyplot():
 
 def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def translation_scores(predictions: list[str], references: list[str], reference_predictions: list[str]) -> dict:
+    """SacreBLEU BLEU and chrF of `predictions`, and the share of them identical to `reference_predictions` (the
+    reference engine's translations of the same sources)."""
+    predictions = [text.strip() for text in predictions]
+    return {
+        "bleu": sacrebleu.corpus_bleu(predictions, [references]).score,
+        "chrf": sacrebleu.corpus_chrf(predictions, [references]).score,
+        "identical": sum(a == b.strip() for a, b in zip(predictions, reference_predictions)) / len(predictions),
+    }
 
 
 def top_operators(prof, count: int = 12) -> list[dict]:

@@ -1,6 +1,9 @@
 """Shared test settings: offline, one thread, tiny models."""
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -131,3 +134,15 @@ def assert_hub_token_kept_out(output_dir, uploads) -> None:
     assert upload["token"] == HUB_TOKEN
     assert "config.json" in upload["files"] and "training_args.bin" not in upload["files"]
     assert [name for name, data in upload["files"].items() if secret in data] == []
+
+
+def run_without_package(args: list[str], workdir, timeout: int = 300, **environment) -> dict:
+    """Run `python *args` in `workdir`, offline and at one thread, with PYTHONPATH unset so that a checkpoint must
+    bring its own code (trust_remote_code); the JSON object its last line of output prints."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(Path(workdir) / "hf_home"), OMP_NUM_THREADS="1", **environment)
+    result = subprocess.run(
+        [sys.executable, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

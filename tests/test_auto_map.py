@@ -1,9 +1,6 @@
 """A saved checkpoint lists every Auto class it supports in `auto_map`; each loads without the package."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import torch
@@ -19,7 +16,7 @@ from hf_simple_attn import (
     SimpleAttnMarianMTModel,
 )
 
-from conftest import TINY_BERT, TINY_MARIAN
+from conftest import TINY_BERT, TINY_MARIAN, run_without_package
 
 
 SEQ2SEQ_AUTO_MAP = {
@@ -72,18 +69,7 @@ def test_every_auto_class_is_listed_and_loads_without_the_package(tmp_path):
         expected = SEQ2SEQ_AUTO_MAP if isinstance(model.config, SimpleAttnMarianConfig) else BERT_AUTO_MAP
         assert auto_map == expected, type(model).__name__
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1")
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_LOAD, str(root)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    loaded = run_without_package(["-c", REMOTE_LOAD, str(root)], tmp_path)
     expected = {
         f"{type(model).__name__}:{auto_class}": f"transformers_modules.{reference.split('.')[1]}"
         for model in models

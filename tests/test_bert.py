@@ -4,8 +4,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -31,7 +29,7 @@ from hf_simple_attn import (
 )
 from hf_simple_attn.convert import convert_bert_checkpoint
 
-from conftest import TINY_BERT
+from conftest import TINY_BERT, run_without_package
 
 
 BERT_WORDS = "the a cat dog sat on mat house is big small red blue green tree car runs fast slow and good bad".split()
@@ -326,19 +324,8 @@ def run_remote_code(folder, workdir, input_ids, attention_mask) -> dict:
     """Load `folder` with trust_remote_code in a fresh python whose path cannot reach hf_simple_attn."""
     script = workdir / "load_remote.py"
     script.write_text(REMOTE_CODE_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(workdir / "modules"), OMP_NUM_THREADS="1")
     batch = json.dumps({"input_ids": input_ids.tolist(), "attention_mask": attention_mask.tolist()})
-    completed = subprocess.run(
-        [sys.executable, str(script), str(folder), batch],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    return run_without_package([str(script), str(folder), batch], workdir, HF_MODULES_CACHE=str(workdir / "modules"))
 
 
 def test_trust_remote_code_in_a_clean_process(tmp_path):

@@ -1,9 +1,6 @@
 """Every encoder (BERT-style) preset: padding, save/load, and trust_remote_code without the package."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,7 +10,7 @@ from transformers import AutoModelForMaskedLM
 import hf_simple_attn
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForMaskedLM
 
-from conftest import TINY_BERT
+from conftest import TINY_BERT, run_without_package
 
 
 PRESETS = hf_simple_attn.list_presets("encoder")
@@ -90,9 +87,5 @@ def test_trust_remote_code_loads_every_encoder_preset_without_the_package(tmp_pa
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask).logits
         torch.save({"ids": ids, "mask": mask, "logits": logits}, root / preset / "expected.pt")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
-    result = subprocess.run([sys.executable, "-c", REMOTE_LOAD, str(root)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"loaded": len(PRESETS), "failures": []}
+    loaded = run_without_package(["-c", REMOTE_LOAD, str(root)], tmp_path, timeout=600)
+    assert loaded == {"loaded": len(PRESETS), "failures": []}

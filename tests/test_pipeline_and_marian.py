@@ -1,9 +1,6 @@
 """transformers' MarianMTModel equivalence, and the translation pipeline in memory and from a folder."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -14,7 +11,7 @@ from transformers.utils import logging
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, TranslationPipeline
 
-from conftest import TINY_MARIAN, build_tokenizer
+from conftest import TINY_MARIAN, build_tokenizer, run_without_package
 
 
 SENTENCES = ["the cat sat on the mat", "a big red car runs fast", "the dog is small"]
@@ -156,15 +153,10 @@ def test_translation_pipeline_without_the_package(tmp_path, tiny_tokenizer):
     model = tiny_model()
     model.save_pretrained(tmp_path / "model")
     tiny_tokenizer.save_pretrained(tmp_path / "model")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_PIPELINE, str(tmp_path / "model"), json.dumps(SENTENCES),
-         json.dumps(list(TASK_OUTPUTS))],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    report = run_without_package(
+        ["-c", REMOTE_PIPELINE, str(tmp_path / "model"), json.dumps(SENTENCES), json.dumps(list(TASK_OUTPUTS))],
+        tmp_path,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
     expected = expected_translations(model, tiny_tokenizer, max_new_tokens=7)
     for task, key in TASK_OUTPUTS.items():
         assert report[task]["module"].startswith("transformers_modules."), task

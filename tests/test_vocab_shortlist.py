@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,7 +11,7 @@ from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, Tran
 from hf_simple_attn.cli import main
 from hf_simple_attn.shortlist import build_shortlist, shortlist_coverage
 
-from conftest import TINY_MARIAN, make_model
+from conftest import TINY_MARIAN, make_model, run_without_package
 
 
 VOCAB = TINY_MARIAN["vocab_size"]
@@ -271,18 +269,7 @@ def test_a_saved_shortlist_decodes_where_the_package_is_not_installed(tmp_path, 
     model.set_vocab_shortlist(*restricted_shortlist())
     model.save_pretrained(tmp_path / "model")
     tiny_tokenizer.save_pretrained(tmp_path / "model")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1")
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_SHORTLIST, str(tmp_path / "model"), json.dumps(SENTENCES)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_without_package(["-c", REMOTE_SHORTLIST, str(tmp_path / "model"), json.dumps(SENTENCES)], tmp_path)
     assert report["module"].startswith("transformers_modules.")
     expected = model.generate(**source_batch(tiny_tokenizer), num_beams=3, max_new_tokens=8, use_shortlist=True)
     assert report["ids"] == expected.tolist()
