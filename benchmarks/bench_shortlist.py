@@ -32,7 +32,7 @@ import torch
 from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList
 
 from hf_simple_attn import SimpleAttnMarianMTModel
-from hf_simple_attn.modeling.vocab_shortlist import shortlist_logits
+from hf_simple_attn.modeling.vocab_shortlist import CandidateRows, shortlist_logits
 from hf_simple_attn.shortlist import Shortlist, shortlist_coverage, shortlist_from_data, tokenized_pairs
 from hf_simple_attn.training_args import ModelArguments
 from hf_simple_attn.translation_task import DataTrainingArguments, load_raw_datasets
@@ -229,13 +229,15 @@ def measure_large_vocabulary(shortlist: Shortlist, source_ids: list[list[int]], 
     }
     union = model.shortlist.candidate_mask(batch["input_ids"], batch["attention_mask"]).any(dim=0, keepdim=True)
     hidden_states = torch.randn(len(source_ids), 1, model.config.d_model)  # one decoding step
+    candidate_rows = CandidateRows()  # gathered once, as for the steps of one `generate` call
 
     def projection(engine: str):
         def project():
             with torch.inference_mode():
                 if engine == FULL:
                     return model.lm_head(hidden_states) + model.final_logits_bias
-                return shortlist_logits(hidden_states, model.lm_head.weight, model.final_logits_bias[0], union)
+                rows = candidate_rows.get(union, model.lm_head.weight, model.final_logits_bias)
+                return shortlist_logits(hidden_states, rows, model.config.vocab_size)
 
         return project
 

@@ -9,6 +9,7 @@ import torch
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, TranslationPipeline
 from hf_simple_attn.cli import main
+from hf_simple_attn.modeling.vocab_shortlist import CandidateRows
 from hf_simple_attn.shortlist import build_shortlist, shortlist_coverage
 
 from conftest import TINY_MARIAN, make_model, run_without_package
@@ -95,6 +96,21 @@ def test_shortlist_logits_are_the_full_logits_of_the_candidates(tiny_tokenizer):
     full = model(**batch, decoder_input_ids=decoder_input_ids).logits
     restricted = model(**batch, decoder_input_ids=decoder_input_ids, output_vocab_mask=union[None]).logits
     torch.testing.assert_close(restricted, full.masked_fill(~union, float("-inf")))
+
+
+def test_candidate_rows_are_gathered_once_per_mask_and_weights():
+    model = make_model("base")
+    weight, bias = model.lm_head.weight, model.final_logits_bias
+    mask = torch.zeros(2, VOCAB, dtype=torch.bool)
+    mask[0, [3, 7]] = mask[1, 5] = True
+    memo = CandidateRows()
+    ids, rows, biases = first = memo.get(mask, weight, bias)
+    assert ids.tolist() == [3, 5, 7] and torch.equal(rows, weight[[3, 5, 7]]) and biases.shape == (3,)
+    assert memo.get(mask, weight, bias) is first  # the next decoding steps
+    with torch.no_grad():
+        weight.add_(1.0)
+    assert torch.equal(memo.get(mask, weight, bias)[1], weight[[3, 5, 7]])  # the weights changed
+    assert memo.get(mask.clone(), weight, bias) is not first  # another call's mask
 
 
 def test_the_shortlist_is_off_by_default_and_never_outlives_its_call(tiny_tokenizer):

@@ -37,7 +37,13 @@ from .stack import (
     run_encoder_layers,
     stack_forward,
 )
-from .vocab_shortlist import VocabShortlist, new_vocab_shortlist, shortlist_logits, shortlist_requested
+from .vocab_shortlist import (
+    CandidateRows,
+    VocabShortlist,
+    new_vocab_shortlist,
+    shortlist_logits,
+    shortlist_requested,
+)
 
 
 class SimpleAttnMarianLayer(GradientCheckpointingLayer):
@@ -463,6 +469,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         )
         self._tied_weights_keys = tied
         self.shortlist = VocabShortlist(config) if config.shortlist_top_k else None
+        self.candidate_rows = CandidateRows()
         self.post_init()
 
     def get_encoder(self):
@@ -559,9 +566,8 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
                 label_smoothing,
             )
         elif output_vocab_mask is not None:
-            logits = shortlist_logits(
-                outputs.last_hidden_state, self.lm_head.weight, self.final_logits_bias[0], output_vocab_mask
-            )
+            rows = self.candidate_rows.get(output_vocab_mask, self.lm_head.weight, self.final_logits_bias)
+            logits = shortlist_logits(outputs.last_hidden_state, rows, self.lm_head.weight.shape[0])
         else:
             logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias
             if labels is not None:

@@ -102,26 +102,50 @@ def shortlist_requested(generation_config, shortlist: VocabShortlist | None) -> 
     return use_shortlist
 
 
+class CandidateRows:
+    """The output layer's rows of one `output_vocab_mask`'s candidates, gathered at the first decoding step of a
+    `generate` call and reused by its next steps (`generate` passes each step the same mask tensor); gathered anew
+    for another mask or once the weights change (version counters)."""
+
+    def __init__(self):
+        self.mask = None  # kept alive, so that its identity cannot pass to a new tensor
+        self.key = None
+        self.rows = None
+
+    def get(
+        self, output_vocab_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(candidate ids (candidates,), their weight rows (candidates, d_model), their biases (candidates,)) of the
+        union of the rows of `output_vocab_mask` (rows, vocabulary); `weight` (vocabulary, d_model), `bias`
+        (..., vocabulary), e.g. Marian's `final_logits_bias` (1, vocabulary): the tensors themselves, not views made
+        anew at each step, which would look like new weights."""
+        if (
+            output_vocab_mask.dtype != torch.bool
+            or output_vocab_mask.ndim != 2
+            or output_vocab_mask.shape[1] != len(weight)
+        ):
+            raise ValueError(
+                f"output_vocab_mask: expected a bool tensor of shape (rows, vocabulary={len(weight)}), "
+                f"got {describe(output_vocab_mask)}"
+            )
+        key = (weight, weight._version, bias, bias._version, torch.is_inference_mode_enabled())
+        if self.mask is not output_vocab_mask or self.key != key:
+            candidate_ids = output_vocab_mask.any(dim=0).nonzero().squeeze(1)  # (candidates,)
+            self.mask, self.key = output_vocab_mask, key
+            self.rows = candidate_ids, weight[candidate_ids], bias.reshape(-1)[candidate_ids]
+        return self.rows
+
+
 def shortlist_logits(
-    hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, output_vocab_mask: torch.Tensor
+    hidden_states: torch.Tensor, rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor], vocab_size: int
 ) -> torch.Tensor:
-    """The language-model head over the candidates only: (batch, length, d_model) -> (batch, length, vocabulary),
-    -inf outside the union of the rows of `output_vocab_mask` (rows, vocabulary); `weight` (vocabulary, d_model),
-    `bias` (vocabulary,)."""
-    if (
-        output_vocab_mask.dtype != torch.bool
-        or output_vocab_mask.ndim != 2
-        or output_vocab_mask.shape[1] != len(weight)
-    ):
-        raise ValueError(
-            f"output_vocab_mask: expected a bool tensor of shape (rows, vocabulary={len(weight)}), "
-            f"got {describe(output_vocab_mask)}"
-        )
-    candidate_ids = output_vocab_mask.any(dim=0).nonzero().squeeze(1)  # (candidates,)
-    logits = nn.functional.linear(hidden_states, weight[candidate_ids], bias[candidate_ids])
-    full_logits = logits.new_full((*logits.shape[:-1], len(weight)), float("-inf"))
+    """The language-model head over the candidates only: (batch, length, d_model) -> (batch, length, vocab_size),
+    -inf outside the candidates; `rows` from `CandidateRows.get`."""
+    candidate_ids, weight, bias = rows
+    logits = nn.functional.linear(hidden_states, weight, bias)
+    full_logits = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))
     full_logits[..., candidate_ids] = logits
     return full_logits
 
 
-__all__ = ["VocabShortlist", "new_vocab_shortlist", "shortlist_logits", "shortlist_requested"]
+__all__ = ["CandidateRows", "VocabShortlist", "new_vocab_shortlist", "shortlist_logits", "shortlist_requested"]
