@@ -73,18 +73,7 @@ def measure_cell(models: dict, size: str, batch_size: int, num_beams: int, args)
     names = list(models)
     for name in names:
         runs[name]()  # warm-up: memoised tables, allocator, first-call overheads
-    walls = {name: [] for name in names}
-    cpus = {name: [] for name in names}
-    for repeat in range(args.repeats):
-        for name in common.rotated(names, repeat):
-            wall, cpu = common.timed(runs[name])
-            walls[name].append(wall)
-            cpus[name].append(cpu)
-        common.progress(
-            f"{size} batch {batch_size} beams {num_beams} repeat {repeat + 1}: "
-            + ", ".join(f"{name} {sentences / walls[name][-1]:.2f}" for name in names)
-            + " sent/s"
-        )
+    walls, cpus, _ = common.interleaved(runs, args.repeats, f"{size} batch {batch_size} beams {num_beams}", sentences)
     results = {}
     for name in names:
         results[name] = {

@@ -213,17 +213,9 @@ def measure_cell(engines: dict, batch_size: int, num_beams: int, args) -> dict:
 
     for name in names:
         run(name)()  # warm-up (and compilation)
-    walls, cpus = {name: [] for name in names}, {name: [] for name in names}
-    for repeat in range(args.repeats):
-        for name in common.rotated(names, repeat):
-            wall, cpu = common.timed(run(name))
-            walls[name].append(wall)
-            cpus[name].append(cpu)
-        common.progress(
-            f"batch {batch_size} beams {num_beams} repeat {repeat + 1}: "
-            + ", ".join(f"{name} {sentences / walls[name][-1]:.2f}" for name in names)
-            + " sent/s"
-        )
+    walls, cpus, _ = common.interleaved(
+        {name: run(name) for name in names}, args.repeats, f"batch {batch_size} beams {num_beams}", sentences
+    )
     engines_result = {
         name: {
             "sentences_per_second": common.summary([sentences / wall for wall in walls[name]]),

@@ -16,7 +16,6 @@ wall time and in the process's CPU time (all threads), the steadier of the two o
 import argparse
 import os
 import tempfile
-import time
 
 import torch
 from transformers import AutoTokenizer
@@ -85,12 +84,14 @@ def build_engines(path: str, workdir: str, threads: int) -> dict:
     return engines
 
 
-def translate_all(engine, sources: list[str], batch_size: int, num_beams: int) -> tuple[float, float, list[str]]:
-    """(wall seconds, process CPU seconds over all threads, translations) of `sources`, batch after batch."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    translations = [text for first in range(0, len(sources), batch_size)
-                    for text in engine(sources[first : first + batch_size], num_beams)]
-    return time.perf_counter() - wall, time.process_time() - cpu, translations
+def translate_all(engine, sources: list[str], batch_size: int, num_beams: int):
+    """A function that translates `sources` with `engine`, batch after batch."""
+
+    def translate() -> list[str]:
+        return [text for first in range(0, len(sources), batch_size)
+                for text in engine(sources[first : first + batch_size], num_beams)]
+
+    return translate
 
 
 def measure_checkpoint(path: str, sources: list[str], references: list[str], args) -> dict:
@@ -100,19 +101,14 @@ def measure_checkpoint(path: str, sources: list[str], references: list[str], arg
         names = list(engines)
         for engine in engines.values():
             engine(sources[: args.batch_size], 1)  # warm-up
-        greedy, walls, cpus = {}, {engine: [] for engine in names}, {engine: [] for engine in names}
-        for repeat in range(args.repeats):
-            for engine in common.rotated(names, repeat):
-                wall, cpu, greedy[engine] = translate_all(engines[engine], sources, args.batch_size, 1)
-                walls[engine].append(wall)
-                cpus[engine].append(cpu)
-            common.progress(f"{name} greedy repeat {repeat + 1}: "
-                            + ", ".join(f"{engine} {len(sources) / walls[engine][-1]:.1f}" for engine in names)
-                            + " sent/s")
-        beam, beam_walls = {}, {}
-        for engine in names:
-            beam_walls[engine], _, beam[engine] = translate_all(engines[engine], sources, args.batch_size, args.beams)
-            common.progress(f"{name} beam {args.beams} {engine}: {len(sources) / beam_walls[engine]:.1f} sent/s")
+        walls, cpus, greedy = common.interleaved(
+            {engine: translate_all(engines[engine], sources, args.batch_size, 1) for engine in names},
+            args.repeats, f"{name} greedy", len(sources),
+        )
+        beam_walls, _, beam = common.interleaved(
+            {engine: translate_all(engines[engine], sources, args.batch_size, args.beams) for engine in names},
+            1, f"{name} beam {args.beams}", len(sources),
+        )
     results = {}
     for engine in names:
         results[engine] = {
@@ -122,7 +118,7 @@ def measure_checkpoint(path: str, sources: list[str], references: list[str], arg
                 "sentences_per_cpu_second": common.summary([len(sources) / cpu for cpu in cpus[engine]]),
             },
             "beam": {**common.translation_scores(beam[engine], references, beam[FP32]),
-                     "sentences_per_second": len(sources) / beam_walls[engine]},
+                     "sentences_per_second": len(sources) / beam_walls[engine][0]},
         }
     reference = results[FP32]["greedy"]
     for engine in names:

@@ -22,6 +22,7 @@ checkpoint's shortlist (its token ids, in the larger vocabulary): speed only.
 """
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -90,16 +91,15 @@ def generate(model, batch, engine: str, **kwargs) -> torch.Tensor:
         return model.generate(**batch, use_shortlist=engine != FULL, do_sample=False, **kwargs)
 
 
-def translate_all(model, tokenizer, sources: list[str], batch_size: int, num_beams: int, engine: str):
-    """(wall seconds, process CPU seconds over all threads, translations) of `sources`, batch after batch."""
-    wall, cpu = time.perf_counter(), time.process_time()
+def translate_all(model, tokenizer, sources: list[str], batch_size: int, num_beams: int, engine: str) -> list[str]:
+    """The translations of `sources`, batch after batch."""
     translations = []
     for first in range(0, len(sources), batch_size):
         batch = tokenizer(sources[first : first + batch_size], return_tensors="pt", padding=True, truncation=True)
         translations += tokenizer.batch_decode(
             generate(model, batch, engine, num_beams=num_beams), skip_special_tokens=True
         )
-    return time.perf_counter() - wall, time.process_time() - cpu, translations
+    return translations
 
 
 def speed(sentences: int, walls: list[float], cpus: list[float]) -> dict:
@@ -124,19 +124,11 @@ def versus_full(results: dict) -> None:
 def measure_search(model, tokenizer, sources, references, search: str, args, name: str) -> dict:
     """The engines of one search: scores, and speed over `--repeats` interleaved passes."""
     engines, num_beams = SEARCH_ENGINES[search], 1 if search == "greedy" else args.beams
-    walls, cpus, translations = {engine: [] for engine in engines}, {engine: [] for engine in engines}, {}
-    for repeat in range(args.repeats):
-        for engine in common.rotated(list(engines), repeat):
-            wall, cpu, translations[engine] = translate_all(
-                model, tokenizer, sources, args.batch_size, num_beams, engine
-            )
-            walls[engine].append(wall)
-            cpus[engine].append(cpu)
-        common.progress(
-            f"{name} {search} repeat {repeat + 1}: "
-            + ", ".join(f"{engine} {len(sources) / walls[engine][-1]:.1f}" for engine in engines)
-            + " sent/s"
-        )
+    calls = {
+        engine: functools.partial(translate_all, model, tokenizer, sources, args.batch_size, num_beams, engine)
+        for engine in engines
+    }
+    walls, cpus, translations = common.interleaved(calls, args.repeats, f"{name} {search}", len(sources))
     results = {
         engine: {
             **common.translation_scores(translations[engine], references, translations[FULL]),
@@ -197,12 +189,7 @@ def measure_checkpoint(path: str, raw_datasets, args) -> tuple[dict, Shortlist, 
 
 def interleaved_times(calls: dict, repeats: int, label: str, sentences: int) -> dict:
     """{engine: speed} of `calls` ({engine: function}), each run `repeats` times in a rotated order."""
-    walls, cpus = {engine: [] for engine in calls}, {engine: [] for engine in calls}
-    for repeat in range(repeats):
-        for engine in common.rotated(list(calls), repeat):
-            wall, cpu = common.timed(calls[engine])
-            walls[engine].append(wall)
-            cpus[engine].append(cpu)
+    walls, cpus, _ = common.interleaved(calls, repeats, label, sentences)
     results = {engine: speed(sentences, walls[engine], cpus[engine]) for engine in calls}
     versus_full(results)
     common.progress(

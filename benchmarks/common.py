@@ -120,6 +120,22 @@ def summary(values: list[float]) -> dict:
     }
 
 
+def interleaved(calls: dict, repeats: int, label: str, sentences: int) -> tuple[dict, dict, dict]:
+    """Run each function of `calls` ({name: function}) `repeats` times, the names in an order rotated each repeat;
+    ({name: wall seconds per run}, {name: process CPU seconds per run}, {name: the last run's result}), with one
+    progress line per repeat in sentences/s (`sentences` per run)."""
+    walls, cpus, outputs = {name: [] for name in calls}, {name: [] for name in calls}, {}
+    for repeat in range(repeats):
+        for name in rotated(list(calls), repeat):
+            wall, cpu = time.perf_counter(), time.process_time()
+            outputs[name] = calls[name]()
+            walls[name].append(time.perf_counter() - wall)
+            cpus[name].append(time.process_time() - cpu)
+        progress(f"{label} repeat {repeat + 1}: "
+                 + ", ".join(f"{name} {sentences / walls[name][-1]:.2f}" for name in calls) + " sent/s")
+    return walls, cpus, outputs
+
+
 def rotated(names: list[str], repeat: int) -> list[str]:
     """The model order of one repeat: rotated by one each repeat."""
     shift = repeat % len(names)
