@@ -257,16 +257,21 @@ def chosen_setting(study: Study, representative: str) -> tuple[tuple[str, object
 
 
 def main_runs(study: Study) -> list[Run | None]:
-    """The study's runs, preset by preset; None where the preset's setting still waits for the sweep."""
-    runs = []
+    """The study's runs, every preset's first seed before any preset's second (a study stopped early has every
+    preset at one seed); None where the preset's setting still waits for the sweep."""
+    overrides_of = {}
     for preset in study.presets:
         representative = study.representative_of(preset)
         if representative is None:
-            overrides = tuple(sorted(study.preset_arguments.get(preset, {}).items()))
+            overrides_of[preset] = tuple(sorted(study.preset_arguments.get(preset, {}).items()))
         else:
-            overrides = chosen_setting(study, representative)
-        for seed in study.seeds_of(preset):
-            runs.append(None if overrides is None else Run(preset, seed, overrides))
+            overrides_of[preset] = chosen_setting(study, representative)
+    runs = []
+    for rank in range(max(len(study.seeds_of(preset)) for preset in study.presets)):
+        for preset in study.presets:
+            seeds, overrides = study.seeds_of(preset), overrides_of[preset]
+            if rank < len(seeds):
+                runs.append(None if overrides is None else Run(preset, seeds[rank], overrides))
     return runs
 
 

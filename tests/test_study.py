@@ -94,14 +94,15 @@ def test_the_sweep_chooses_on_validation_and_its_run_is_reused(tmp_path):
     fake_result(study, sweep_runs(study)[1], validation_bleu=4.0, sweep=True)
     assert chosen_setting(study, "hc-sa") == (("learning_rate", 5e-4),)
     names = [run.name for run in main_runs(study)]
-    assert names == ["base--seed1", "hc-sa--lr0.0005--seed1", "hc-sa--lr0.0005--seed2", "sh-x--lr0.0005--seed1"]
-    assert options_origin(study, main_runs(study)[3]) == (
+    # Every preset's first seed comes before any preset's second.
+    assert names == ["base--seed1", "hc-sa--lr0.0005--seed1", "sh-x--lr0.0005--seed1", "hc-sa--lr0.0005--seed2"]
+    assert options_origin(study, main_runs(study)[2]) == (
         "learning_rate 0.0005, chosen by validation bleu in the sweep of `hc-sa` "
         "(learning_rate 0.001: 3.00; learning_rate 0.0005: 4.00)"
     )
     # The representative's main run is the sweep run itself (same folder, trained once).
     assert names[1] == sweep_runs(study)[1].name
-    command = command_for(study, main_runs(study)[3])
+    command = command_for(study, main_runs(study)[2])
     assert command[command.index("--learning_rate") + 1] == "0.0005"
     assert command[command.index("--attention_preset") + 1] == "sh-x"
     assert command[command.index("--output_dir") + 1] == str(tmp_path / "runs" / "toy" / "sh-x--lr0.0005--seed1")
