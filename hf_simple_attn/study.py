@@ -516,9 +516,10 @@ def script_data_arguments(study: Study):
 
 def evaluation_splits(study: Study, splits: tuple[str, ...]) -> dict[str, tuple[list[str], list[str]]]:
     """(sources, references) of each split ("validation", "test") as the study's runs evaluated it, in order, from
-    one load of the corpus (translation studies)."""
-    if study.task != "translation":
-        raise StudyError(f"study {study.name!r}: texts are read for translation studies, not {study.task!r}")
+    one load of the corpus: the sentences and translations, or the texts and summaries (the raw summaries: the runs
+    score them tokenized and decoded, which ROUGE sees the same unless a summary was cut at the target length)."""
+    if study.task not in ("translation", "summarization"):
+        raise StudyError(f"study {study.name!r}: texts are read for translation and summarization, not {study.task!r}")
     module, model_args, data_args = script_data_arguments(study)
     raw_datasets = module.load_raw_datasets(data_args, model_args)
     texts = {}
@@ -531,6 +532,23 @@ def evaluation_splits(study: Study, splits: tuple[str, ...]) -> dict[str, tuple[
 def evaluation_texts(study: Study, split: str = "test") -> tuple[list[str], list[str]]:
     """(sources, references) of one split, as `evaluation_splits`."""
     return evaluation_splits(study, (split,))[split]
+
+
+def evaluation_labels(study: Study) -> tuple[list[str], list[int]] | None:
+    """(label names in id order, each test example's label id) as the study's classification runs read them; the
+    names are those `predict_results.txt` writes. None when there are none to score: a GLUE task (hidden test labels),
+    a regression, or a test split without a label for every example."""
+    module, model_args, data_args = script_data_arguments(study)
+    if data_args.task_name is not None:
+        return None
+    raw_datasets = module.load_raw_datasets(data_args, model_args, True)
+    reference_split = raw_datasets["train"] if "train" in raw_datasets else next(iter(raw_datasets.values()))
+    label_names, label_to_id = module.read_labels(reference_split, None)
+    test = module.select(raw_datasets, "test", data_args.max_predict_samples)
+    if label_names is None or "label" not in test.column_names:
+        return None
+    labels = test["label"] if label_to_id is None else [label_to_id.get(label, -1) for label in test["label"]]
+    return None if -1 in labels else ([str(name) for name in label_names], labels)
 
 
 # ---- the loop ----------------------------------------------------------------------------------------------------

@@ -2,21 +2,32 @@
 
 `python studies/summarize.py <study>` writes `studies/results/<study>/README.md` (the table, the sweep, the
 charts) and `studies/results/<study>/*.png`. The significance test is SacreBLEU's paired bootstrap resampling
-(`sacrebleu.significance.PairedTest`, 1,000 resamples, SacreBLEU's fixed seed 12345 unless `SACREBLEU_SEED`
-says otherwise) on the test split, each preset's run against
-`base`'s run of the same seed.
+(1,000 resamples, SacreBLEU's fixed seed 12345 unless `SACREBLEU_SEED` says otherwise) on the test split, each
+preset's run against `base`'s run of the same seed: `sacrebleu.significance.PairedTest` for BLEU and chrF; the
+same draws and statistic (`bootstrap_test`) for ROUGE (the mean of per-summary F-measures) and for accuracy, F1 and
+MCC (recomputed from each resample's confusion matrix).
 """
 
 import json
+import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
-from .study import TASKS, Study, evaluation_texts
+import numpy as np
+
+from .study import TASKS, Study, evaluation_labels, evaluation_texts
 
 
 BOOTSTRAP_SAMPLES = 1000
 SIGNIFICANCE_LEVEL = 0.05
+BOOTSTRAP_DESCRIPTIONS = {  # the test of each task, for the study README
+    "translation": "SacreBLEU paired bootstrap ({samples} resamples)",
+    "summarization": "paired bootstrap of per-summary ROUGE F-measures (SacreBLEU's {samples} resamples and statistic)",
+    "classification": "paired bootstrap, each metric recomputed on each resample (SacreBLEU's {samples} resamples and "
+    "statistic)",
+}
 
 
 def load_results(folder: Path, pattern: str = "*--seed*.json") -> list[dict]:
@@ -79,8 +90,113 @@ def paired_bootstrap(
     return outcome
 
 
+def resample_counts(size: int) -> np.ndarray:
+    """How often each of `size` examples is drawn in each resample, (BOOTSTRAP_SAMPLES, size): the draws of
+    SacreBLEU's paired bootstrap (its seed 12345 unless `SACREBLEU_SEED` says otherwise; "none": unseeded)."""
+    seed = os.environ.get("SACREBLEU_SEED", "12345")
+    rng = np.random.default_rng(None if seed.lower() == "none" else int(seed))
+    draws = rng.choice(size, size=(BOOTSTRAP_SAMPLES, size), replace=True)
+    draws += size * np.arange(BOOTSTRAP_SAMPLES)[:, None]  # one block of counts per resample
+    return np.bincount(draws.ravel(), minlength=BOOTSTRAP_SAMPLES * size).reshape(BOOTSTRAP_SAMPLES, size)
+
+
+def bootstrap_test(
+    baseline_stats: np.ndarray, system_stats: np.ndarray, score: Callable[[np.ndarray], np.ndarray]
+) -> dict[str, float]:
+    """SacreBLEU's paired bootstrap ("bs") on per-example statistics (one row per example): `score` maps statistics
+    summed over examples (any leading axes) to the metric, as SacreBLEU's metrics do. p is the share of resamples
+    whose centred |system - baseline| exceeds the observed one (+1 smoothed); mean and ci (95 % half-interval) are
+    the system's over the resamples. The same statistics on every example (identical outputs) get p = 1.
+    """
+    baseline, system = score(baseline_stats.sum(0)), score(system_stats.sum(0))
+    if np.array_equal(baseline_stats, system_stats):
+        return {"baseline": round(float(baseline), 4), "score": round(float(system), 4),
+                "mean": round(float(system), 4), "ci": 0.0, "p_value": 1.0}
+    from sacrebleu.significance import estimate_ci
+
+    counts = resample_counts(len(system_stats))
+    baseline_samples, system_samples = score(counts @ baseline_stats), score(counts @ system_stats)
+    mean, ci = estimate_ci(system_samples)
+    differences = np.abs(system_samples - baseline_samples)
+    exceeding = np.sum(differences - differences.mean() > abs(system - baseline))
+    values = {"baseline": baseline, "score": system, "mean": mean, "ci": ci,
+              "p_value": (exceeding + 1) / (len(differences) + 1)}
+    return {key: round(float(value), 4) for key, value in values.items()}
+
+
+def rouge_scores(summaries: Sequence[str], references: Sequence[str], metrics: Sequence[str]) -> dict[str, list]:
+    """Each summary's ROUGE F-measures (stemmed), as the runs' metric computes them before taking their plain mean
+    (no bootstrap aggregator). ROUGE-1/2/L ignore line breaks, so one-line summaries score as the runs' split ones."""
+    from .metrics import load_metric
+
+    return load_metric("rouge").compute(predictions=list(summaries), references=list(references),
+                                        rouge_types=list(metrics), use_aggregator=False, use_stemmer=True)
+
+
+def rouge_bootstrap(
+    baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
+    metrics: Sequence[str] = TASKS["summarization"]["metrics"],
+) -> dict[str, dict[str, float]]:
+    """`bootstrap_test` of per-summary ROUGE F-measures: a resample scores their mean × 100, so the whole test split
+    scores the runs' reported ROUGE."""
+    baseline_scores, system_scores = (rouge_scores(outputs, references, metrics) for outputs in (baseline, system))
+    return {
+        name: bootstrap_test(np.array(baseline_scores[name]), np.array(system_scores[name]),
+                             lambda totals: 100 * totals / len(references))
+        for name in metrics
+    }
+
+
+def accuracy(confusion: np.ndarray) -> np.ndarray:
+    """Accuracy of (..., reference, prediction) confusion matrices."""
+    return np.trace(confusion, axis1=-2, axis2=-1) / confusion.sum((-2, -1))
+
+
+def f1(confusion: np.ndarray) -> np.ndarray:
+    """scikit-learn's F1 as run_glue asks for it: of class 1 with two classes, else the macro average over the
+    classes that occur (0 where a class has no true positive)."""
+    occurrences = confusion.sum(-1) + confusion.sum(-2)  # references + predictions of each class
+    correct = 2 * np.diagonal(confusion, axis1=-2, axis2=-1)
+    per_class = np.divide(correct, occurrences, out=np.zeros(occurrences.shape), where=occurrences > 0)
+    if confusion.shape[-1] == 2:
+        return per_class[..., 1]
+    return per_class.sum(-1) / (occurrences > 0).sum(-1)
+
+
+def matthews_correlation(confusion: np.ndarray) -> np.ndarray:
+    """scikit-learn's (multi-class) Matthews correlation; 0 where it is undefined."""
+    truth, predicted = confusion.sum(-1), confusion.sum(-2)
+    total = truth.sum(-1)
+    covariance = np.trace(confusion, axis1=-2, axis2=-1) * total - (truth * predicted).sum(-1)
+    spread = (total**2 - (predicted**2).sum(-1)) * (total**2 - (truth**2).sum(-1))
+    return np.divide(covariance, np.sqrt(spread), out=np.zeros(np.shape(spread)), where=spread > 0)
+
+
+CONFUSION_SCORES = {"accuracy": accuracy, "f1": f1, "matthews_correlation": matthews_correlation}
+
+
+def classification_bootstrap(
+    baseline: Sequence[str], system: Sequence[str], labels: Sequence[int], label_names: Sequence[str],
+    metrics: Sequence[str] = TASKS["classification"]["metrics"],
+) -> dict[str, dict[str, float]]:
+    """`bootstrap_test` of run_glue's predictions (`predict_results.txt` lines: a header, then `index<TAB>label`)
+    against the test labels (ids of `label_names`): each metric recomputed from each resample's confusion matrix."""
+    size = len(label_names)
+    ids = {name: index for index, name in enumerate(label_names)}
+
+    def cells(lines: Sequence[str]) -> np.ndarray:  # one-hot (reference, prediction) cell of each example
+        predicted = np.array([ids[line.split("\t")[1]] for line in lines[1:]])
+        return np.eye(size * size)[np.asarray(labels) * size + predicted]
+
+    def scorer(name: str):
+        return lambda totals: CONFUSION_SCORES[name](totals.reshape(*totals.shape[:-1], size, size))
+
+    baseline_stats, system_stats = cells(baseline), cells(system)
+    return {name: bootstrap_test(baseline_stats, system_stats, scorer(name)) for name in metrics}
+
+
 def read_lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+    return path.read_text(encoding="utf-8").removesuffix("\n").split("\n")
 
 
 def reference_predictions(study: Study, results: list[dict]) -> dict[str, dict[int | None, Path]]:
@@ -95,12 +211,23 @@ def reference_predictions(study: Study, results: list[dict]) -> dict[str, dict[i
     return references
 
 
+def paired_test(study: Study) -> Callable[[list[str], list[str]], dict] | None:
+    """The study's paired bootstrap of a system's test outputs against a baseline's; None for a classification
+    study without test labels to score (see `evaluation_labels`)."""
+    if study.task == "classification":
+        labelled = evaluation_labels(study)
+        return None if labelled is None else partial(classification_bootstrap, labels=labelled[1],
+                                                     label_names=labelled[0])
+    bootstrap = paired_bootstrap if study.task == "translation" else rouge_bootstrap
+    return partial(bootstrap, references=evaluation_texts(study)[1])
+
+
 def significance(study: Study, results: list[dict]) -> dict[str, dict[str, list[dict]]]:
-    """{reference: {preset: [paired bootstrap per seed]}} on the test split (translation studies)."""
-    references_by_name = reference_predictions(study, results) if study.task == "translation" else {}
-    if not references_by_name:
+    """{reference: {preset: [paired bootstrap per seed]}} on the test split."""
+    references_by_name = reference_predictions(study, results)
+    test = paired_test(study) if references_by_name else None
+    if test is None:
         return {}
-    _, references = evaluation_texts(study)
     tests = {}
     for name, outputs in references_by_name.items():
         for result in results:
@@ -108,7 +235,7 @@ def significance(study: Study, results: list[dict]) -> dict[str, dict[str, list[
             if result["preset"] == name or reference is None:
                 continue
             system = read_lines(study.results_dir / f"{result['preset']}--seed{result['seed']}.test.txt")
-            outcome = paired_bootstrap(read_lines(reference), system, references)
+            outcome = test(read_lines(reference), system)
             tests.setdefault(name, {}).setdefault(result["preset"], []).append(dict(seed=result["seed"], **outcome))
     return tests
 
@@ -247,9 +374,9 @@ def summarize(study: Study, readme: Path | None = None) -> Path:
         study.description,
         "",
         f"{len(results)} of {sum(len(study.seeds_of(p)) for p in study.presets)} runs finished. Test metrics: mean "
-        f"± std over seeds; p: SacreBLEU paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) against `base` of the "
-        f"same seed (and each outside baseline), one value per seed (p < {SIGNIFICANCE_LEVEL}: a significant "
-        "difference).",
+        f"± std over seeds; p: {BOOTSTRAP_DESCRIPTIONS[study.task].format(samples=BOOTSTRAP_SAMPLES)} against "
+        f"`base` of the same seed (and each outside baseline), one value per seed (p < {SIGNIFICANCE_LEVEL}: a "
+        "significant difference).",
         "",
         results_table(study, results, tests, baselines),
         "",

@@ -296,16 +296,30 @@ def select_splits(raw_datasets: DatasetDict, data_args: DataTrainingArguments, t
         "validation": (training_args.do_eval, "--do_eval", data_args.max_eval_samples),
         "test": (training_args.do_predict, "--do_predict", data_args.max_predict_samples),
     }
-    splits = {}
-    for split_name, (used, option, max_samples) in wanted.items():
-        if not used:
-            splits[split_name] = None
-            continue
-        if split_name not in raw_datasets:
-            raise ValueError(f"{option} requires a {split_name} dataset")
-        split = raw_datasets[split_name]
-        splits[split_name] = split.select(range(min(len(split), max_samples))) if max_samples is not None else split
-    return splits
+    return {
+        split: select_split(raw_datasets, split, max_samples, option) if used else None
+        for split, (used, option, max_samples) in wanted.items()
+    }
+
+
+def select_split(raw_datasets: DatasetDict, split: str, max_samples: int | None, option: str):
+    """The raw split, up to its first `max_samples` examples; `option` is the flag that needs it."""
+    if split not in raw_datasets:
+        raise ValueError(f"{option} requires a {split} dataset")
+    dataset = raw_datasets[split]
+    return dataset.select(range(min(len(dataset), max_samples))) if max_samples is not None else dataset
+
+
+def text_summary_pairs(texts: list, summaries: list) -> list[tuple[str, str]]:
+    """The (text, summary) pairs that have both: the examples a run trains on and scores, in order."""
+    return [(text, summary) for text, summary in zip(texts, summaries) if text and summary]
+
+
+def source_and_target_texts(dataset, data_args: DataTrainingArguments) -> tuple[list[str], list[str]]:
+    """The texts and summaries of a raw split that the run scores (`text_summary_pairs`), in order."""
+    text_column, summary_column = text_and_summary_columns(data_args, dataset.column_names)
+    pairs = text_summary_pairs(dataset[text_column], dataset[summary_column])
+    return [text for text, _ in pairs], [summary for _, summary in pairs]
 
 
 def build_tokenizer(model_args, size_args, data_args, raw_train, columns: tuple[str, str], checkpoint, progress):
@@ -385,11 +399,7 @@ def make_preprocess_function(tokenizer, data_args, columns: tuple[str, str], max
     padding = "max_length" if data_args.pad_to_max_length else False
 
     def preprocess_function(examples, target_length: int):
-        pairs = [
-            (text, summary)
-            for text, summary in zip(examples[text_column], examples[summary_column])
-            if text and summary
-        ]
+        pairs = text_summary_pairs(examples[text_column], examples[summary_column])
         inputs = [prefix + text for text, _ in pairs]
         model_inputs = tokenizer(inputs, max_length=max_source_length, padding=padding, truncation=True)
         labels = tokenizer(
