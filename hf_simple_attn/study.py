@@ -335,8 +335,16 @@ def result_path(study: Study, run: Run, sweep: bool = False) -> Path:
 
 
 def read_result(study: Study, run: Run, sweep: bool = False) -> dict | None:
+    """The run's result, or None when there is none yet or the file holds another run of the preset and seed (the
+    spec's options for it changed since: the file is replaced when this run finishes)."""
     path = result_path(study, run, sweep)
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text(encoding="utf-8"))
+    if result.get("run", run.name) != run.name:
+        logger.info("%s holds run %s; the spec now asks for %s", path.name, result["run"], run.name)
+        return None
+    return result
 
 
 def run_finished(study: Study, run: Run) -> bool:
@@ -408,12 +416,28 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
     }
     path = result_path(study, run, sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
+    set_aside_other_run(path, run)
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     predictions = run_dir / TASKS[study.task]["predictions"]
     if predictions.is_file():
         shutil.copyfile(predictions, path.with_suffix(".test.txt"))
     add_study_to_card(run_dir / "README.md", study_card_section(study, run, result, path))
     return result
+
+
+def set_aside_other_run(path: Path, run: Run) -> None:
+    """Move the result files of another run of the same preset and seed (the spec's options changed) from `path`
+    into `superseded/<that run>.*` beside it, so this run's result does not overwrite them."""
+    old_run = json.loads(path.read_text(encoding="utf-8")).get("run", run.name) if path.is_file() else run.name
+    if old_run == run.name:
+        return
+    folder = path.parent / "superseded"
+    folder.mkdir(exist_ok=True)
+    for suffix in (".json", ".test.txt", ".analysis.json"):
+        old_file = path.with_suffix(suffix)
+        if old_file.is_file():
+            old_file.replace(folder / f"{old_run}{suffix}")
+    logger.info("%s: the result of %s moved to %s", path.name, old_run, folder)
 
 
 CARD_BEGIN, CARD_END = "<!-- hf_simple_attn study -->", "<!-- /hf_simple_attn study -->"

@@ -20,8 +20,11 @@ from hf_simple_attn.study import (
     load_study,
     main_runs,
     options_origin,
+    pending_runs,
+    read_result,
     result_path,
     run_study,
+    set_aside_other_run,
     sweep_runs,
 )
 from hf_simple_attn.study_summary import load_results, paired_bootstrap, summarize
@@ -118,6 +121,40 @@ def test_preset_arguments_give_a_preset_outside_the_sweep_its_own_options(tmp_pa
         learning_rates.append(command[command.index("--learning_rate") + 1])
     assert learning_rates == ["0.001", "0.002"]
     assert options_origin(study, runs[1]) == "learning_rate 0.002, set for this preset in the study spec"
+
+
+def test_a_result_of_other_options_is_not_taken_for_the_run_the_spec_now_asks_for(tmp_path):
+    study = load_study(write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}}))
+    old_run = Run("hc-sa", 1, (("learning_rate", 1e-3),))
+    path = result_path(study, old_run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"preset": "hc-sa", "seed": 1, "run": old_run.name, "validation": {"bleu": 1.0}}))
+    new_run = main_runs(study)[1]
+    assert new_run.name == "hc-sa--lr0.002--seed1" and result_path(study, new_run) == path
+    assert read_result(study, new_run) is None
+    assert (new_run, False) in pending_runs(study)
+    path.write_text(json.dumps({"preset": "hc-sa", "seed": 1, "run": new_run.name, "validation": {"bleu": 2.0}}))
+    assert read_result(study, new_run)["validation"] == {"bleu": 2.0}
+    assert (new_run, False) not in pending_runs(study)
+
+
+def test_a_replaced_result_is_set_aside_not_overwritten(tmp_path):
+    study = load_study(write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}}))
+    old_run, new_run = Run("hc-sa", 1, (("learning_rate", 1e-3),)), main_runs(study)[1]
+    path = result_path(study, new_run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"run": old_run.name}))
+    path.with_suffix(".test.txt").write_text("old output\n")
+    path.with_suffix(".analysis.json").write_text("{}")
+    set_aside_other_run(path, new_run)
+    superseded = path.parent / "superseded"
+    assert sorted(file.name for file in superseded.iterdir()) == [
+        f"{old_run.name}.analysis.json", f"{old_run.name}.json", f"{old_run.name}.test.txt"
+    ]
+    assert not path.exists() and not path.with_suffix(".analysis.json").exists()
+    path.write_text(json.dumps({"run": new_run.name}))
+    set_aside_other_run(path, new_run)  # this run's own result stays
+    assert path.is_file() and len(list(superseded.iterdir())) == 3
 
 
 def wait_for(condition, timeout: float) -> None:
