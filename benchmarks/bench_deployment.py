@@ -13,7 +13,8 @@ vocabulary): speed does not depend on what the weights learned, except through t
 shortlist is synthetic: each source token lists `--shortlist-top-k` target tokens drawn from a pool of
 `--shortlist-pool` ids, plus `--shortlist-frequent` frequent ones; the candidates per batch are reported (a trained
 shortlist's own counts: benchmarks/results/shortlist.json). Every engine decodes the same random sources
-(`--source-length` tokens) for exactly `--new-tokens` tokens (min = max), checked on the output. Each cell (batch
+(`--source-length` tokens) for exactly `--new-tokens` tokens, checked on the output (transformers-style engines
+without an end-of-sentence token, `common.exact_length`; CTranslate2 with `min_decoding_length`). Each cell (batch
 size, beams) warms every engine up once, then times `--repeats` rounds, engines in an order rotated each round.
 Batch size 1 decodes `--single-sentences` sentences one after the other. `--threads` is torch's thread count, ONNX
 Runtime's intra-op threads and CTranslate2's intra_threads.
@@ -56,6 +57,8 @@ def parse_args(argv=None):
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4])
     parser.add_argument("--source-length", type=int, default=20)
     parser.add_argument("--new-tokens", type=int, default=20)
+    parser.add_argument("--length-control", default="no-eos", choices=common.LENGTH_CONTROLS,
+                        help="how transformers-style engines decode exactly --new-tokens (common.exact_length)")
     parser.add_argument("--single-sentences", type=int, default=2, help="sentences per measurement at batch size 1")
     parser.add_argument("--shortlist-top-k", type=int, default=50)
     parser.add_argument("--shortlist-frequent", type=int, default=100)
@@ -85,16 +88,16 @@ def synthetic_shortlist(config, top_k: int, frequent: int, pool: int) -> tuple[t
     return candidates, torch.arange(2, min(2 + frequent, config.vocab_size))
 
 
-def pytorch_engine(model, **options):
+def pytorch_engine(model, length_control: str, **options):
     def decode(batch: torch.Tensor, num_beams: int, new_tokens: int) -> torch.Tensor:
         with torch.inference_mode():
             return model.generate(input_ids=batch, attention_mask=torch.ones_like(batch), num_beams=num_beams,
-                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, **options)
+                                  do_sample=False, **common.exact_length(new_tokens, length_control), **options)
 
     return decode
 
 
-def onnx_engine(onnx_dir, threads: int):
+def onnx_engine(onnx_dir, threads: int, length_control: str):
     import onnxruntime
 
     from hf_simple_attn.export import OnnxSeq2SeqModel
@@ -104,8 +107,9 @@ def onnx_engine(onnx_dir, threads: int):
     model = OnnxSeq2SeqModel(onnx_dir, session_options=options)
 
     def decode(batch: torch.Tensor, num_beams: int, new_tokens: int) -> torch.Tensor:
-        return model.generate(batch, torch.ones_like(batch), num_beams=num_beams, max_new_tokens=new_tokens,
-                              min_new_tokens=new_tokens)
+        return model.generate(
+            batch, torch.ones_like(batch), num_beams=num_beams, **common.exact_length(new_tokens, length_control)
+        )
 
     return decode
 
@@ -142,7 +146,7 @@ def build_engines(args, workdir: str) -> dict:
             model.save_pretrained(model_dir)
             word_level_tokenizer(model.config.vocab_size, model.config.pad_token_id).save_pretrained(model_dir)
             if common.MARIAN in args.engines:
-                engines[common.MARIAN] = pytorch_engine(to_marian(model))
+                engines[common.MARIAN] = pytorch_engine(to_marian(model), args.length_control)
             for quantization in ("float32", "int8"):
                 name = f"ctranslate2-{quantization.replace('float', 'fp')}"
                 if name in args.engines:
@@ -154,19 +158,20 @@ def build_engines(args, workdir: str) -> dict:
 def preset_engines(preset: str, model, args, workdir: str, export_onnx, quantize_onnx_int8) -> dict:
     wanted, engines = set(args.engines), {}
     if "eager" in wanted:
-        engines[f"{preset}/eager"] = pytorch_engine(model)
+        engines[f"{preset}/eager"] = pytorch_engine(model, args.length_control)
     if "compile" in wanted:
         compiled = common.build_seq2seq(preset, args.size)
         compiled.forward = torch.compile(compiled.forward)
-        engines[f"{preset}/compile"] = pytorch_engine(compiled)
+        engines[f"{preset}/compile"] = pytorch_engine(compiled, args.length_control)
     if wanted & {"onnx", "onnx-int8"}:
         common.progress(f"exporting {preset} to ONNX")
         onnx_dir = export_onnx(model, os.path.join(workdir, f"{preset}-onnx"))
         if "onnx" in wanted:
-            engines[f"{preset}/onnx"] = onnx_engine(onnx_dir, args.threads)
+            engines[f"{preset}/onnx"] = onnx_engine(onnx_dir, args.threads, args.length_control)
         if "onnx-int8" in wanted:
             engines[f"{preset}/onnx-int8"] = onnx_engine(
-                quantize_onnx_int8(onnx_dir, os.path.join(workdir, f"{preset}-onnx-int8")), args.threads
+                quantize_onnx_int8(onnx_dir, os.path.join(workdir, f"{preset}-onnx-int8")), args.threads,
+                args.length_control,
             )
     if wanted & {"shortlist", "int8+shortlist"}:
         model.set_vocab_shortlist(
@@ -175,11 +180,11 @@ def preset_engines(preset: str, model, args, workdir: str, export_onnx, quantize
     if wanted & {"int8", "int8+shortlist"}:
         quantized = quantize_dynamic_int8(model)
         if "int8" in wanted:
-            engines[f"{preset}/int8"] = pytorch_engine(quantized)
+            engines[f"{preset}/int8"] = pytorch_engine(quantized, args.length_control)
         if "int8+shortlist" in wanted:
-            engines[f"{preset}/int8+shortlist"] = pytorch_engine(quantized, use_shortlist=True)
+            engines[f"{preset}/int8+shortlist"] = pytorch_engine(quantized, args.length_control, use_shortlist=True)
     if "shortlist" in wanted:
-        engines[f"{preset}/shortlist"] = pytorch_engine(model, use_shortlist=True)
+        engines[f"{preset}/shortlist"] = pytorch_engine(model, args.length_control, use_shortlist=True)
     return engines
 
 
@@ -211,6 +216,7 @@ def measure_cell(engines: dict, batch_size: int, num_beams: int, args) -> dict:
 
         return decode_all
 
+    common.progress(f"measuring batch {batch_size} beams {num_beams}: warm-up")
     for name in names:
         run(name)()  # warm-up (and compilation)
     walls, cpus, _ = common.interleaved(

@@ -425,6 +425,11 @@ class OnnxSeq2SeqModel(GenerationMixin):
             if unfinished_sequences.max() == 0:
                 return input_ids
 
+    @staticmethod
+    def reorder_past(past: dict[str, np.ndarray], beam_idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The decoding state of the selected beams: row `i` of each state becomes the old row `beam_idx[i]`."""
+        return {name: state[beam_idx] for name, state in past.items()}
+
     def beam_search(
         self, input_ids, attention_mask, encoder_outputs, generation_config, logits_processor, stopping_criteria
     ) -> torch.LongTensor:
@@ -502,7 +507,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
                 early_stopping=early_stopping,
             )
             beam_idx = self._flatten_beam_dim(running_beam_indices[..., cur_len - decoder_prompt_len]).numpy()
-            past = {name: state[beam_idx] for name, state in past.items()}
+            past = self.reorder_past(past, beam_idx)
             cur_len += 1
             is_early_stop_heuristic_unsatisfied = self._check_early_stop_heuristic(
                 is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,

@@ -21,6 +21,7 @@ import bench_int8  # noqa: E402
 import bench_length_scaling  # noqa: E402
 import bench_shortlist  # noqa: E402
 import bench_training  # noqa: E402
+import profile_beam  # noqa: E402
 import summarize  # noqa: E402
 
 
@@ -166,3 +167,25 @@ def test_deployment_benchmark(tmp_path):
     assert data["cells"][1]["engines"]["sh-x/shortlist"]["sentences_per_second"]["n"] == 1
     assert len(data["table"]) == 2 + len(engines) and "(1.00x)" in data["table"][3]
     assert data["targets"] == []  # the targets are checked at batch size 64 only
+
+
+def test_beam_profile(tmp_path):
+    output = tmp_path / "profile_beam.json"
+    data = profile_beam.main(["--size", "tiny", "--presets", "sh-x", "--engines", "ctranslate2-fp32", "eager",
+                              "--batch-size", "2", "--beams", "2", "--new-tokens", "3", "--threads", "1",
+                              "--length-control", "min-new-tokens", "--output", str(output)])
+    assert json.loads(output.read_text())["engines"].keys() == {"ctranslate2-fp32", "base/eager", "sh-x/eager"}
+    assert data["engines"]["ctranslate2-fp32"]["sections"] == {}  # C++: timed as a whole
+    sections = data["engines"]["sh-x/eager"]["sections"]
+    for label in ("model forward (PyTorch)", "logits processors", "top-k continuations", "cache reorder (PyTorch cache)"):
+        assert 0 < sections[label]["share"] < 1, label
+
+
+def test_exact_length_decodes_exactly_the_tokens_asked_for():
+    model = bench_deployment.common.build_seq2seq("sh-x", "tiny")
+    batch = bench_deployment.sources(model.config.vocab_size, 2, 5)
+    for control in ("no-eos", "min-new-tokens"):
+        for num_beams in (1, 2):
+            lengths = bench_deployment.common.exact_length(4, control)
+            output = model.generate(input_ids=batch, num_beams=num_beams, **lengths)
+            assert output.shape == (2, 5), (control, num_beams)
