@@ -341,10 +341,7 @@ def read_result(study: Study, run: Run, sweep: bool = False) -> dict | None:
     if not path.is_file():
         return None
     result = json.loads(path.read_text(encoding="utf-8"))
-    if result.get("run", run.name) != run.name:
-        logger.info("%s holds run %s; the spec now asks for %s", path.name, result["run"], run.name)
-        return None
-    return result
+    return result if result.get("run", run.name) == run.name else None
 
 
 def run_finished(study: Study, run: Run) -> bool:
@@ -428,7 +425,9 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
 def set_aside_other_run(path: Path, run: Run) -> None:
     """Move the result files of another run of the same preset and seed (the spec's options changed) from `path`
     into `superseded/<that run>.*` beside it, so this run's result does not overwrite them."""
-    old_run = json.loads(path.read_text(encoding="utf-8")).get("run", run.name) if path.is_file() else run.name
+    if not path.is_file():
+        return
+    old_run = json.loads(path.read_text(encoding="utf-8")).get("run", run.name)
     if old_run == run.name:
         return
     folder = path.parent / "superseded"
