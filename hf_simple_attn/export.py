@@ -102,6 +102,9 @@ class DecoderStepForExport(nn.Module):
         self.model = model
         self.decoder = model.get_decoder()
         self.cross_names = cross_attention_names(model)
+        # The output layer as its own (d_model, vocabulary) constant: tied to the embeddings, it reached the graph as a
+        # transpose of their table, which ONNX Runtime's int8 quantisation left in float32 (dequantised at each step).
+        self.output_projection = nn.Buffer(model.lm_head.weight.detach().t().contiguous())
         states = self.probe_states()
         self.past = []
         for index, layer in enumerate(self.decoder.layers):
@@ -166,7 +169,7 @@ class DecoderStepForExport(nn.Module):
             past_key_values=cache,
             use_cache=True,
         ).last_hidden_state
-        logits = self.model.lm_head(hidden_states) + self.model.final_logits_bias
+        logits = hidden_states @ self.output_projection + self.model.final_logits_bias
         presents = []
         for spec in self.past:
             _, index, site, field, *state_name = spec.name.split(".")
