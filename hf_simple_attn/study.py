@@ -382,6 +382,17 @@ def code_version() -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
+def validation_curve(log_history: list[dict], names: tuple[str, ...]) -> list[list]:
+    """[[step, {metric: value}], ...] of every evaluation the trainer logged: the periodic ones (`eval_strategy`
+    "steps" in the spec's arguments) and the final one, which show whether a run converged on validation."""
+    curve = []
+    for entry in log_history:
+        scores = {name: entry[f"eval_{name}"] for name in names if f"eval_{name}" in entry}
+        if scores and not (curve and curve[-1] == [entry["step"], scores]):
+            curve.append([entry["step"], scores])
+    return curve
+
+
 def collect(study: Study, run: Run, sweep: bool = False) -> dict:
     """Write the result file of a finished run (and its test predictions) from its run folder."""
     run_dir = study.runs_dir / run.name
@@ -409,6 +420,7 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
         "signatures": {key.split("_", 1)[1]: value for key, value in metrics.items() if key.endswith("_signature")},
         "steps": state["global_step"],
         "loss_curve": [[entry["step"], entry["loss"]] for entry in state["log_history"] if "loss" in entry],
+        "validation_curve": validation_curve(state["log_history"], names),
         "command": portable_command(command_for(study, run), study),
     }
     path = result_path(study, run, sweep)

@@ -176,7 +176,9 @@ def fake_apertium(folder: Path) -> Path:
 
 def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{fake_apertium(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}")
-    spec = write_spec(tmp_path, baselines=["apertium"])
+    # Runs evaluate on validation every 15 steps as well (the spec's own options): the validation curve.
+    spec = write_spec(tmp_path, baselines=["apertium"],
+                      arguments=dict(TOY_ARGUMENTS, eval_strategy="steps", eval_steps=15))
     study = load_study(spec)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO_ROOT))
     command = [sys.executable, str(REPO_ROOT / "studies" / "run_study.py"), str(spec), "--jobs", "2", "--no_analyses"]
@@ -202,6 +204,8 @@ def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_
     assert set(result["test"]) == {"bleu", "chrf"} and set(result["validation"]) == {"bleu", "chrf"}
     assert result["parameters"] > 0 and result["train_seconds"] > 0 and result["learning_rate"] == 1e-3
     assert [step for step, _ in result["loss_curve"]] == [5, 10, 15, 20, 25, 30]
+    assert [step for step, _ in result["validation_curve"]] == [15, 30]
+    assert result["validation_curve"][-1][1] == result["validation"]
     assert result["signatures"]["bleu_signature"].startswith("nrefs:1|case:mixed")
     predictions = result_path(study, Run("base", 1)).with_suffix(".test.txt").read_text().splitlines()
     sources, references = evaluation_texts(study)
