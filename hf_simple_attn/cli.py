@@ -11,6 +11,7 @@
 """
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -70,21 +71,38 @@ def analyze(args: argparse.Namespace) -> None:
 
 
 def export(args: argparse.Namespace) -> None:
-    """A deployable copy of a checkpoint; a layout the format cannot hold is refused with the alternative."""
+    """A deployable copy of a checkpoint, by its config's `model_type`: an encoder (BERT) checkpoint as one ONNX
+    graph, any other as a seq2seq (Marian) one, ONNX encoder and decoder-with-past graphs or CTranslate2; a model the
+    format cannot hold is refused with the alternative."""
+    from .modeling.configuration_simple_attn_bert import SimpleAttnBertConfig
+
+    config_file = os.path.join(args.run_dir, "config.json")
+    if not os.path.isfile(config_file):
+        raise ValueError(f"{args.run_dir}: no config.json; expected a checkpoint folder written by save_pretrained")
+    with open(config_file) as file:
+        is_encoder = json.load(file).get("model_type") == SimpleAttnBertConfig.model_type
     if args.format == "ctranslate2":
+        if is_encoder:
+            raise ValueError(
+                f"{args.run_dir}: CTranslate2 conversion is for seq2seq checkpoints; export this encoder (BERT) "
+                f"checkpoint to ONNX instead: hf-simple-attn export {args.run_dir} OUT_DIR --format onnx "
+                "(hf_simple_attn.export_bert.export_bert_onnx)"
+            )
         from .deploy_ctranslate2 import convert_to_ctranslate2
 
         convert_to_ctranslate2(args.run_dir, args.out_dir, quantization=args.quantization)
-    elif args.quantization == "int8":
-        from .export import export_onnx
-        from .quantize import quantize_onnx_int8
-
-        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out_dir))) as float_dir:
-            quantize_onnx_int8(export_onnx(args.run_dir, float_dir), args.out_dir)
     else:
-        from .export import export_onnx
+        if is_encoder:
+            from .export_bert import export_bert_onnx as export_graphs
+        else:
+            from .export import export_onnx as export_graphs
+        if args.quantization == "int8":
+            from .quantize import quantize_onnx_int8
 
-        export_onnx(args.run_dir, args.out_dir)
+            with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out_dir))) as float_dir:
+                quantize_onnx_int8(export_graphs(args.run_dir, float_dir), args.out_dir)
+        else:
+            export_graphs(args.run_dir, args.out_dir)
     print(f"{args.format} model written to {args.out_dir}")
 
 
@@ -158,9 +176,13 @@ def main(argv=None) -> None:
         "--base_run_dir", default=None, help="a `base` checkpoint, same tokenizer: agreement of hard retrieval heads"
     )
     deploy = commands.add_parser(
-        "export", help="a deployable copy of a checkpoint: ONNX graphs (any layout) or CTranslate2 (base layout)"
+        "export",
+        help="a deployable copy of a checkpoint: ONNX graphs (any layout, seq2seq or encoder) or CTranslate2 "
+        "(seq2seq, base layout)",
     )
-    deploy.add_argument("run_dir", help="a seq2seq checkpoint folder (with its tokenizer)")
+    deploy.add_argument(
+        "run_dir", help="a checkpoint folder (with its tokenizer): seq2seq (Marian), or encoder (BERT; ONNX only)"
+    )
     deploy.add_argument("out_dir")
     deploy.add_argument("--format", choices=["onnx", "ctranslate2"], required=True)
     deploy.add_argument("--quantization", choices=["int8"], default=None,

@@ -10,8 +10,9 @@ eager CPU kernels are the fast ones: torchao's int8 dynamic config decoded 2.5x 
 this project's CPU (it needs `torch.compile`), and torchao is not a dependency. The deprecation warnings it
 raises are silenced here, once, on purpose.
 
-`quantize_onnx_int8` does the same for the graphs of `hf_simple_attn.export.export_onnx`, with ONNX Runtime's
-dynamic quantisation (int8 weights of the matrix multiplications, activations quantised at run time).
+`quantize_onnx_int8` does the same for the graphs of `hf_simple_attn.export.export_onnx` (seq2seq) and
+`hf_simple_attn.export_bert.export_bert_onnx` (encoders), with ONNX Runtime's dynamic quantisation (int8 weights of
+the matrix multiplications, activations quantised at run time).
 """
 
 import os
@@ -44,17 +45,23 @@ def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
 
 
 def quantize_onnx_int8(onnx_dir, out_dir) -> Path:
-    """A copy of an `export_onnx` folder whose graphs compute their matrix multiplications in int8 (ONNX Runtime's
-    `quantize_dynamic`, signed int8 weights); config, generation config and tokenizer files are copied. `out_dir` is
-    written whole or not at all. Returns `out_dir`; load it with `OnnxSeq2SeqModel`."""
+    """A copy of an `export_onnx` or `export_bert_onnx` folder whose graphs compute their matrix multiplications in
+    int8 (ONNX Runtime's `quantize_dynamic`, signed int8 weights); config, generation config and tokenizer files are
+    copied. `out_dir` is written whole or not at all. Returns `out_dir`; load it with `OnnxSeq2SeqModel` or
+    `OnnxBertModel` as the float32 folder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from .export import DECODER_FILE, ENCODER_FILE
+    from .export_bert import MODEL_FILE
 
     onnx_dir, out_dir = Path(onnx_dir), Path(out_dir)
-    missing = [name for name in (ENCODER_FILE, DECODER_FILE) if not (onnx_dir / name).is_file()]
+    graphs = (MODEL_FILE,) if (onnx_dir / MODEL_FILE).is_file() else (ENCODER_FILE, DECODER_FILE)
+    missing = [name for name in graphs if not (onnx_dir / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"{onnx_dir}: no {', '.join(missing)}; write the graphs with export_onnx first")
+        raise FileNotFoundError(
+            f"{onnx_dir}: no {', '.join(missing)} (nor {MODEL_FILE}); write the graphs with export_bert_onnx "
+            "(encoders) or export_onnx first"
+        )
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} exists; choose a new folder for the int8 graphs")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +69,7 @@ def quantize_onnx_int8(onnx_dir, out_dir) -> Path:
     try:
         for name in sorted(os.listdir(onnx_dir)):
             source = onnx_dir / name
-            if name in (ENCODER_FILE, DECODER_FILE):
+            if name in graphs:
                 quantize_dynamic(source, staging / name, weight_type=QuantType.QInt8)
             elif source.is_file() and not name.endswith(".data"):
                 shutil.copy2(source, staging / name)

@@ -1,0 +1,174 @@
+"""Every encoder (BERT-style) preset exports under `torch.export` and the program computes what eager PyTorch
+computes; one preset per family goes through ONNX and ONNX Runtime at other batch sizes and lengths than the
+export's; a saved classifier goes through the CLI (float32 and int8) and predicts as the PyTorch model."""
+
+import functools
+import importlib.util
+
+import pytest
+import torch
+from test_bert import build_bert_tokenizer, padded_batch
+from transformers import AutoTokenizer
+from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
+
+from hf_simple_attn import (
+    SimpleAttnBertConfig,
+    SimpleAttnBertForMaskedLM,
+    SimpleAttnBertForSequenceClassification,
+    SimpleAttnBertForTokenClassification,
+    SimpleAttnBertModel,
+    list_presets,
+)
+from hf_simple_attn.cli import main
+from hf_simple_attn.export_bert import OnnxBertModel, export_bert_onnx, export_bert_program, save_bert_onnx
+
+from conftest import TINY_BERT
+
+
+# One preset per family: dot product, local bands, hard-coded, RAN, Synthesizer, per-head local masks, hard retrieval.
+ONNX_PRESETS = ["base", "band6", "hc-sa", "ran-e", "syn-r", "local-all", "hard-all"]
+MODEL_CLASSES = {
+    "masked-lm": SimpleAttnBertForMaskedLM,
+    "sequence-classification": SimpleAttnBertForSequenceClassification,
+    "token-classification": SimpleAttnBertForTokenClassification,
+    "bare": SimpleAttnBertModel,
+    "bare-without-pooler": functools.partial(SimpleAttnBertModel, add_pooling_layer=False),
+}
+needs_onnxruntime = pytest.mark.skipif(
+    any(importlib.util.find_spec(name) is None for name in ("onnx", "onnxruntime", "onnxscript")),
+    reason="needs onnx, onnxruntime and onnxscript (the `export` extra)",
+)
+
+
+def make_model(preset: str, head: str = "masked-lm"):
+    """A tiny seeded model of `preset` with `head` (a MODEL_CLASSES key), in eval mode; `initializer_range` 0.3
+    makes the attention weights differ visibly, three labels for the classifiers."""
+    torch.manual_seed(0)
+    config = SimpleAttnBertConfig.from_preset(
+        preset, **TINY_BERT, initializer_range=0.3, pad_token_id=0, id2label={0: "neg", 1: "neutral", 2: "pos"}
+    )
+    return MODEL_CLASSES[head](config).eval()
+
+
+@functools.cache
+def exported(preset: str):
+    """(model, program) of `export_bert_program` for a tiny masked-LM `preset`, exported once."""
+    model = make_model(preset)
+    return model, export_bert_program(model)
+
+
+def model_inputs(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded random ids, their mask, and token types: segment 1 from the middle of the row on."""
+    input_ids, attention_mask = padded_batch(lengths, seed=seed)
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, input_ids.shape[1] // 2 :] = 1
+    return input_ids, attention_mask, token_type_ids
+
+
+@torch.no_grad()
+def eager(model, input_ids, attention_mask, token_type_ids):
+    return model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+
+@pytest.mark.parametrize("preset", list_presets("encoder"))
+def test_every_preset_exports_and_equals_eager(preset):
+    """A padded batch of 2, then other batch sizes and lengths (the shortest the program takes included)."""
+    model, program = exported(preset)
+    program = program.module()
+    for lengths in ([7, 4], [11, 3, 9], [2]):
+        inputs = model_inputs(lengths)
+        with torch.no_grad():
+            (logits,) = program(*inputs)
+        torch.testing.assert_close(logits, eager(model, *inputs).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_export_refuses_a_model_in_training_mode():
+    with pytest.raises(ValueError, match=r"model\.eval\(\)"):
+        export_bert_program(make_model("base").train())
+
+
+@needs_onnxruntime
+@pytest.mark.parametrize("preset", ONNX_PRESETS)
+def test_onnx_runtime_logits_equal_pytorch(preset, tmp_path):
+    """Batch sizes and lengths other than the export's (2 × 7), a one-token batch included: the graph's shapes are
+    dynamic. Lengths beyond the position embeddings are refused."""
+    model, program = exported(preset)
+    save_bert_onnx(model, program, tmp_path)
+    onnx_model = OnnxBertModel(tmp_path)
+    for lengths in ([12, 5, 9, 12], [3], [1, 1]):
+        inputs = model_inputs(lengths, seed=1)
+        output = onnx_model(*inputs)
+        assert isinstance(output, MaskedLMOutput)
+        torch.testing.assert_close(output.logits, eager(model, *inputs).logits, rtol=0, atol=1e-4)
+    assert onnx_model.max_length == TINY_BERT["max_position_embeddings"]
+    with pytest.raises(ValueError, match="at most 64"):
+        onnx_model(torch.ones(1, 65, dtype=torch.long))
+
+
+@needs_onnxruntime
+@pytest.mark.parametrize("head", ["token-classification", "bare", "bare-without-pooler"])
+def test_onnx_model_returns_the_outputs_of_its_model_class(head, tmp_path):
+    """The same output class and fields as the PyTorch model (the bare model's pooler output when it has a pooler),
+    with defaults for the mask and token types as in PyTorch."""
+    model = make_model("hc-sa", head)
+    onnx_model = OnnxBertModel(export_bert_onnx(model, tmp_path))
+    inputs = model_inputs([6, 9, 2], seed=2)
+    for actual, expected in (
+        (onnx_model(*inputs), eager(model, *inputs)),
+        (onnx_model(inputs[0].tolist()), eager(model, inputs[0], None, None)),
+    ):
+        assert type(actual) is type(expected) and list(actual.keys()) == list(expected.keys())
+        torch.testing.assert_close(actual.to_tuple(), expected.to_tuple(), rtol=0, atol=1e-4)
+
+
+def saved_classifier(folder):
+    """A sequence classifier (`band6`) and its tokenizer saved in `folder`: (model, tokenizer)."""
+    model, tokenizer = make_model("band6", "sequence-classification"), build_bert_tokenizer()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, tokenizer
+
+
+@needs_onnxruntime
+def test_cli_exports_a_classifier_that_predicts_as_pytorch_in_float32_and_int8(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx")
+    model, _ = saved_classifier(tmp_path / "run")
+    main(["export", str(tmp_path / "run"), str(tmp_path / "onnx"), "--format", "onnx"])
+    assert "onnx model written to" in capsys.readouterr().out
+    onnx_model = OnnxBertModel(tmp_path / "onnx")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "onnx")
+    batch = tokenizer(
+        ["the cat sat on the mat", "a big red car runs fast and the dog is slow", "good"],
+        ["the dog", "bad", "a small green tree"],
+        padding=True,
+        return_tensors="pt",
+    )
+    with torch.no_grad():
+        expected = model(**batch).logits
+    output = onnx_model(**batch)
+    assert isinstance(output, SequenceClassifierOutput)
+    torch.testing.assert_close(output.logits, expected, rtol=0, atol=1e-4)
+    labels = [onnx_model.config.id2label[index] for index in output.logits.argmax(-1).tolist()]
+    assert labels == [model.config.id2label[index] for index in expected.argmax(-1).tolist()]
+
+    main(["export", str(tmp_path / "run"), str(tmp_path / "int8"), "--format", "onnx", "--quantization", "int8"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["int8", "onnx", "run"]  # no staging left
+    graph = onnx.load(tmp_path / "int8" / "model.onnx").graph
+    assert any(node.op_type == "DynamicQuantizeLinear" for node in graph.node)
+    assert any(weight.data_type == onnx.TensorProto.INT8 for weight in graph.initializer)
+    assert (tmp_path / "int8" / "tokenizer.json").is_file()
+    # Per-tensor int8 weights of a 32-wide model initialised at 0.3: within 10 % of the largest logit.
+    int8_logits = OnnxBertModel(tmp_path / "int8")(**batch).logits
+    assert (int8_logits - expected).abs().max() < 0.1 * expected.abs().max()
+
+
+def test_cli_refuses_ctranslate2_for_an_encoder_and_a_folder_without_config(tmp_path, capsys):
+    saved_classifier(tmp_path / "run")
+    for run_dir, out_dir, format_name, message in (
+        ("run", "ct2", "ctranslate2", "--format onnx"),
+        ("nothing", "onnx", "onnx", "no config.json"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(["export", str(tmp_path / run_dir), str(tmp_path / out_dir), "--format", format_name])
+        assert stop.value.code == 2 and message in capsys.readouterr().err
+        assert not (tmp_path / out_dir).exists()
