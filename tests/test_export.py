@@ -224,6 +224,24 @@ def test_onnx_int8_graphs_store_int8_weights_and_stay_close_to_float32(tmp_path,
 
 
 @needs_onnxruntime
+def test_onnx_int8_computes_the_tied_output_layer_in_int8(tmp_path):
+    """The output layer shares the embeddings' table; exported as the transpose of that table (too large for the
+    exporter to fold: 300 x 32 entries), ONNX Runtime's quantisation left it a float32 MatMul on the dequantised
+    table. It must be an int8 GEMM like every other weight."""
+    onnx = pytest.importorskip("onnx")
+    vocab_size = 300
+    model = make_model("base", vocab_size=vocab_size, pad_token_id=vocab_size - 1,
+                       decoder_start_token_id=vocab_size - 1)
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    int8_dir = quantize_onnx_int8(export_onnx(model, tmp_path / "float32"), tmp_path / "int8")
+    graph = onnx.load(int8_dir / "decoder_with_past.onnx").graph
+    dequantized = {output for node in graph.node if node.op_type == "DequantizeLinear" for output in node.output}
+    assert not [node.name for node in graph.node if node.op_type == "MatMul" and dequantized & set(node.input)]
+    int8_weights = {tuple(weight.dims) for weight in graph.initializer if weight.data_type == onnx.TensorProto.INT8}
+    assert (model.config.d_model, vocab_size) in int8_weights
+
+
+@needs_onnxruntime
 def test_onnx_model_refuses_sampling(onnx_models):
     _, onnx_model = onnx_models("base")
     with pytest.raises(ValueError, match="greedy and beam search, not sample"):
