@@ -1,6 +1,7 @@
 """int8 against float32 on trained checkpoints: BLEU with beam search (as in training) and greedy speed.
 
-For each checkpoint: PyTorch float32 and dynamic int8 (`hf_simple_attn.quantize.quantize_dynamic_int8`); for a
+For each checkpoint: PyTorch float32 and dynamic int8 (`hf_simple_attn.quantize.quantize_dynamic_int8`), ONNX
+Runtime float32 and int8 (`hf_simple_attn.export.export_onnx`, `quantize_onnx_int8`, in a temporary folder); for a
 `base`-layout checkpoint also CTranslate2 float32 and int8 (`hf_simple_attn.deploy_ctranslate2`, converted into a
 temporary folder). Every engine translates the test split of the embedded corpus (`--sentences` first ones) in
 batches of `--batch-size`, in the split's order: greedy `--repeats` times (timed, engines interleaved in a rotated
@@ -45,8 +46,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def pytorch_engine(model, tokenizer):
-    """texts, beams -> translations with `generate` (max_length from the checkpoint's generation config)."""
+def generate_engine(model, tokenizer):
+    """texts, beams -> translations with the model's `generate`, PyTorch or ONNX Runtime (max_length from the
+    checkpoint's generation config)."""
 
     def translate(texts: list[str], num_beams: int) -> list[str]:
         batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True)
@@ -57,6 +59,22 @@ def pytorch_engine(model, tokenizer):
     return translate
 
 
+def onnx_engines(path: str, workdir: str, threads: int) -> dict:
+    """ONNX Runtime float32 and int8 engines of a checkpoint, through `OnnxSeq2SeqModel.generate`."""
+    import onnxruntime
+
+    from hf_simple_attn.export import OnnxSeq2SeqModel, export_onnx
+    from hf_simple_attn.quantize import quantize_onnx_int8
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    fp32_dir = export_onnx(path, os.path.join(workdir, "onnx-fp32"))
+    int8_dir = quantize_onnx_int8(fp32_dir, os.path.join(workdir, "onnx-int8"))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return {f"onnx-{kind}": generate_engine(OnnxSeq2SeqModel(folder, session_options=options), tokenizer)
+            for kind, folder in (("fp32", fp32_dir), ("int8", int8_dir))}
+
+
 def ctranslate2_engine(translator):
     def translate(texts: list[str], num_beams: int) -> list[str]:
         return translator.translate(texts, num_beams=num_beams)
@@ -65,13 +83,15 @@ def ctranslate2_engine(translator):
 
 
 def build_engines(path: str, workdir: str, threads: int) -> dict:
-    """The engines of one checkpoint: PyTorch float32 and int8, and CTranslate2's for the `base` layout."""
+    """The engines of one checkpoint: PyTorch and ONNX Runtime float32 and int8, and CTranslate2's for the `base`
+    layout."""
     from hf_simple_attn.deploy_ctranslate2 import CTranslate2Translator, check_base_layout, convert_to_ctranslate2
 
     model = SimpleAttnMarianMTModel.from_pretrained(path).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
-    engines = {FP32: pytorch_engine(model, tokenizer), "pytorch-int8": pytorch_engine(quantize_dynamic_int8(model),
+    engines = {FP32: generate_engine(model, tokenizer), "pytorch-int8": generate_engine(quantize_dynamic_int8(model),
                                                                                        tokenizer)}
+    engines |= onnx_engines(path, workdir, threads)
     try:
         check_base_layout(model.config, path)
     except ValueError:

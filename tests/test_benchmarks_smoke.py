@@ -118,14 +118,20 @@ def test_int8_benchmark(tmp_path):
         data = json.load(handle)
     assert data["sentences"] == 5 and data["environment"]["torch_threads"] == 1
     base, hc_sa = data["checkpoints"]
-    assert list(base["engines"]) == ["pytorch-fp32", "pytorch-int8", "ctranslate2-fp32", "ctranslate2-int8"]
-    assert list(hc_sa["engines"]) == ["pytorch-fp32", "pytorch-int8"]  # CTranslate2 runs the base layout only
+    onnx_engines = ["onnx-fp32", "onnx-int8"]
+    assert list(base["engines"]) == ["pytorch-fp32", "pytorch-int8", *onnx_engines, "ctranslate2-fp32",
+                                     "ctranslate2-int8"]
+    assert list(hc_sa["engines"]) == ["pytorch-fp32", "pytorch-int8", *onnx_engines]  # CTranslate2: base only
     fp32 = base["engines"]["pytorch-fp32"]
     assert fp32["greedy"]["identical"] == 1.0 and fp32["vs_pytorch_fp32"]["beam_bleu_change"] == 0
     assert base["engines"]["ctranslate2-fp32"]["greedy"]["identical"] == 1.0
+    for checkpoint in (base, hc_sa):
+        assert checkpoint["engines"]["onnx-fp32"]["greedy"]["identical"] == 1.0
+        assert checkpoint["engines"]["onnx-fp32"]["beam"]["identical"] == 1.0
     assert fp32["greedy"]["sentences_per_second"]["n"] == 2
-    assert [check["check"] for check in data["checks"]] == ["base pytorch-int8", "base ctranslate2-int8",
-                                                            "hc-sa pytorch-int8"]
+    assert [check["check"] for check in data["checks"]] == [
+        "base pytorch-int8", "base onnx-int8", "base ctranslate2-int8", "hc-sa pytorch-int8", "hc-sa onnx-int8"
+    ]
 
 
 def test_shortlist_benchmark(tmp_path):
