@@ -250,6 +250,19 @@ def export_decoder_step(model) -> torch.export.ExportedProgram:
     return export_program(step, args, dynamic_shapes)
 
 
+def write_onnx(program: torch.export.ExportedProgram, path: Path, graph: nn.Module, opset_version: int | None) -> None:
+    """One exported program as an ONNX graph (`torch.onnx.export(..., dynamo=True)`), its inputs and outputs named
+    as the module it was exported from names them (`input_names`, `output_names`)."""
+    torch.onnx.export(
+        program,
+        f=path,
+        input_names=graph.input_names,
+        output_names=graph.output_names,
+        opset_version=opset_version,
+        dynamo=True,
+    )
+
+
 def export_onnx(model_dir_or_model, out_dir, *, opset_version: int | None = None) -> Path:
     """Write `encoder.onnx` and `decoder_with_past.onnx` (the graphs of the module docstring, through
     `torch.onnx.export(..., dynamo=True)`), the model's config and generation config, and its tokenizer when
@@ -283,14 +296,7 @@ def save_onnx(
         (encoder_program, EncoderForExport(model), ENCODER_FILE),
         (decoder_program, DecoderStepForExport(model), DECODER_FILE),
     ):
-        torch.onnx.export(
-            program,
-            f=out_dir / file_name,
-            input_names=names.input_names,
-            output_names=names.output_names,
-            opset_version=opset_version,
-            dynamo=True,
-        )
+        write_onnx(program, out_dir / file_name, names, opset_version)
     model.config.save_pretrained(out_dir)
     model.generation_config.save_pretrained(out_dir)
 

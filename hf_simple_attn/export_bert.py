@@ -26,7 +26,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from .export import export_program, length_dim
+from .export import export_program, length_dim, write_onnx
 from .modeling.configuration_simple_attn_bert import SimpleAttnBertConfig
 from .modeling.modeling_simple_attn_bert import (
     SimpleAttnBertForMaskedLM,
@@ -128,15 +128,7 @@ def save_bert_onnx(model, program: torch.export.ExportedProgram, out_dir, *, ops
     reads to return that class's outputs)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    graph = BertForExport(model)
-    torch.onnx.export(
-        program,
-        f=out_dir / MODEL_FILE,
-        input_names=graph.input_names,
-        output_names=graph.output_names,
-        opset_version=opset_version,
-        dynamo=True,
-    )
+    write_onnx(program, out_dir / MODEL_FILE, BertForExport(model), opset_version)
     config = copy.deepcopy(model.config)
     config.architectures = [type(model).__name__]
     config.save_pretrained(out_dir)
