@@ -8,7 +8,12 @@ The graphs, for any layout (`export_encoder` / `export_decoder_step`, written as
   head_dim), computed once per sentence and the same for all its beams.
 - decoder step: `input_ids` (batch, 1), `decoder_attention_mask` (batch, position + 1: ones, its length gives the
   position of the token), `encoder_attention_mask` (batch, source), the encoder's `cross.*` tensors, then the
-  decoding state `past.*` -> `logits` (batch, 1, vocab) and the next decoding state `present.*`, in the same order.
+  decoding state `past.*` -> `hidden_states` (batch, d_model), the decoder's output for the token, and the next
+  decoding state `present.*`, in the same order.
+- output layer: `hidden_states` (batch, d_model) -> `logits` (batch, vocab). A graph of its own, so that decoding
+  over a vocabulary shortlist skips it: with `generate(..., use_shortlist=True)` the logits of the batch's
+  candidate tokens are computed from the rows of the output layer saved beside the graphs (`shortlist.safetensors`,
+  written for a model that has a shortlist, with the shortlist's tables).
 
 The decoding state (`DecoderStepForExport.past` lists it), per decoder layer i: `past.{i}.self.key` (absent for
 value-only heads) and `past.{i}.self.value`, (batch, slots or heads, length, head_dim), where length is the number
@@ -19,7 +24,7 @@ step (the GMM synthesis network's means), batch first, zeros before the first st
 `past.*` tensor is zeros, of length 0 where it grows. Beam search reorders every `past.*` tensor along the batch.
 
 `OnnxSeq2SeqModel` runs the ONNX graphs with ONNX Runtime and decodes (greedy or beam search) exactly as
-transformers' `generate` does with the PyTorch model; `TranslationPipeline(model=OnnxSeq2SeqModel(folder),
+transformers' `generate` does with the PyTorch model, with or without the shortlist; `TranslationPipeline(model=OnnxSeq2SeqModel(folder),
 tokenizer=...)` translates text with it.
 """
 
@@ -37,9 +42,11 @@ from .modeling.cache import new_decoder_cache
 from .modeling.configuration_simple_attn import SimpleAttnMarianConfig
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel, fit_generated_length
 from .modeling.stack import position_limits
+from .modeling.vocab_shortlist import CandidateRows, VocabShortlist, shortlist_logits, shortlist_requested
 
 
-ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder_with_past.onnx"
+ENCODER_FILE, DECODER_FILE, OUTPUT_FILE = "encoder.onnx", "decoder_with_past.onnx", "output_layer.onnx"
+SHORTLIST_FILE = "shortlist.safetensors"
 
 
 @dataclasses.dataclass
@@ -102,9 +109,6 @@ class DecoderStepForExport(nn.Module):
         self.model = model
         self.decoder = model.get_decoder()
         self.cross_names = cross_attention_names(model)
-        # The output layer as its own (d_model, vocabulary) constant: tied to the embeddings, it reached the graph as a
-        # transpose of their table, which ONNX Runtime's int8 quantisation left in float32 (dequantised at each step).
-        self.output_projection = nn.Buffer(model.lm_head.weight.detach().t().contiguous())
         states = self.probe_states()
         self.past = []
         for index, layer in enumerate(self.decoder.layers):
@@ -121,7 +125,7 @@ class DecoderStepForExport(nn.Module):
         cross = [name for _, *pair in self.cross_names for name in pair if name]
         self.input_names = ["input_ids", "decoder_attention_mask", "encoder_attention_mask", *cross]
         self.input_names += [spec.name for spec in self.past]
-        self.output_names = ["logits"] + ["present" + spec.name[len("past") :] for spec in self.past]
+        self.output_names = ["hidden_states"] + ["present" + spec.name[len("past") :] for spec in self.past]
 
     @torch.no_grad()
     def probe_states(self) -> dict[str, list[dict[str, tuple[int, ...]]]]:
@@ -169,17 +173,32 @@ class DecoderStepForExport(nn.Module):
             past_key_values=cache,
             use_cache=True,
         ).last_hidden_state
-        logits = hidden_states @ self.output_projection + self.model.final_logits_bias
         presents = []
         for spec in self.past:
             _, index, site, field, *state_name = spec.name.split(".")
             layer = getattr(cache, f"{site}_attention_cache").layers[int(index)]
             presents.append(layer.states[state_name[0]] if field == "state" else getattr(layer, f"{field}s"))
-        return (logits, *presents)
+        return (hidden_states[:, 0], *presents)
 
     @staticmethod
     def named_states(named: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
         return {name[len(prefix) :]: tensor for name, tensor in named.items() if name.startswith(prefix)}
+
+
+class OutputLayerForExport(nn.Module):
+    """The output layer graph: the decoder's output for one token -> the logits of the whole vocabulary."""
+
+    input_names, output_names = ["hidden_states"], ["logits"]
+
+    def __init__(self, model):
+        super().__init__()
+        # Its own (d_model, vocabulary) constant: tied to the embeddings, the weight reached the graph as a transpose
+        # of their table, which ONNX Runtime's int8 quantisation left in float32 (dequantised at each step).
+        self.projection = nn.Buffer(model.lm_head.weight.detach().t().contiguous())
+        self.bias = nn.Buffer(model.final_logits_bias.detach().clone())
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states @ self.projection + self.bias  # (batch, d_model) -> (batch, vocabulary)
 
 
 def export_program(module: nn.Module, args: tuple, dynamic_shapes: tuple) -> torch.export.ExportedProgram:
@@ -226,7 +245,9 @@ def export_decoder_step(model) -> torch.export.ExportedProgram:
         *cross,
         *(
             torch.zeros(
-                batch_size, *(past_length if size is None else size for size in spec.shape), dtype=model.dtype,
+                batch_size,
+                *(past_length if size is None else size for size in spec.shape),
+                dtype=model.dtype,
                 device=device,
             )
             for spec in step.past
@@ -248,6 +269,12 @@ def export_decoder_step(model) -> torch.export.ExportedProgram:
         (*[{0: batch, 2: source}] * len(cross), *growing),
     )
     return export_program(step, args, dynamic_shapes)
+
+
+def export_output_layer(model) -> torch.export.ExportedProgram:
+    """The output layer graph of a seq2seq model, for any batch size."""
+    hidden_states = torch.zeros(2, model.config.d_model, dtype=model.dtype, device=model.device)
+    return export_program(OutputLayerForExport(model), (hidden_states,), ({0: torch.export.Dim("batch", min=1)},))
 
 
 def write_onnx(program: torch.export.ExportedProgram, path: Path, graph: nn.Module, opset_version: int | None) -> None:
@@ -288,17 +315,34 @@ def save_onnx(
     *,
     opset_version: int | None = None,
 ) -> None:
-    """Write the programs of `export_encoder` and `export_decoder_step` of `model` as ONNX graphs, with the model's
-    config and generation config."""
+    """Write the programs of `export_encoder` and `export_decoder_step` of `model` as ONNX graphs, with the output
+    layer's graph, the model's config and generation config, and the shortlist's file for a model that has one."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for program, names, file_name in (
         (encoder_program, EncoderForExport(model), ENCODER_FILE),
         (decoder_program, DecoderStepForExport(model), DECODER_FILE),
+        (export_output_layer(model), OutputLayerForExport(model), OUTPUT_FILE),
     ):
         write_onnx(program, out_dir / file_name, names, opset_version)
+    if model.shortlist is not None:
+        save_shortlist(model, out_dir / SHORTLIST_FILE)
     model.config.save_pretrained(out_dir)
     model.generation_config.save_pretrained(out_dir)
+
+
+def save_shortlist(model, path: Path) -> None:
+    """The shortlist's tables and the output layer's rows and biases (float32), what decoding over the shortlist
+    reads in place of the output layer graph."""
+    from safetensors.torch import save_file
+
+    tensors = {
+        "candidates": model.shortlist.candidates,
+        "frequent": model.shortlist.frequent,
+        "output_weight": model.lm_head.weight.detach().float(),
+        "output_bias": model.final_logits_bias.detach().float().reshape(-1),
+    }
+    save_file({name: tensor.contiguous().cpu() for name, tensor in tensors.items()}, str(path))
 
 
 ONNX_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
@@ -309,7 +353,8 @@ class OnnxSeq2SeqModel(GenerationMixin):
 
     `generate` takes `generate`'s arguments and decodes exactly as transformers' `generate` does with the PyTorch
     model: the same generation config, logits processors, stopping criteria and beam search steps (transformers'
-    own), so that equal logits give equal tokens. Sampling and the other decoding strategies are refused.
+    own), so that equal logits give equal tokens; `use_shortlist=True` decodes over the batch's candidate tokens as
+    the PyTorch model does (`vocab_shortlist.py`). Sampling and the other decoding strategies are refused.
     """
 
     main_input_name = "input_ids"
@@ -325,8 +370,12 @@ class OnnxSeq2SeqModel(GenerationMixin):
         providers = providers or ["CPUExecutionProvider"]
         self.encoder = onnxruntime.InferenceSession(str(onnx_dir / ENCODER_FILE), session_options, providers=providers)
         self.decoder = onnxruntime.InferenceSession(str(onnx_dir / DECODER_FILE), session_options, providers=providers)
+        self.output_layer = onnxruntime.InferenceSession(
+            str(onnx_dir / OUTPUT_FILE), session_options, providers=providers
+        )
+        self.shortlist, self.output_weight, self.output_bias = load_shortlist(self.config, onnx_dir / SHORTLIST_FILE)
         self.past_inputs = [node for node in self.decoder.get_inputs() if node.name.startswith("past.")]
-        # The decoder's outputs are `logits`, then `present.*`: the next step's `past.*`, in the same order.
+        # The decoder's outputs are `hidden_states`, then `present.*`: the next step's `past.*`, in the same order.
         self.next_past_names = ["past" + node.name[len("present") :] for node in self.decoder.get_outputs()[1:]]
 
     @classmethod
@@ -354,10 +403,16 @@ class OnnxSeq2SeqModel(GenerationMixin):
         }
 
     def decode(
-        self, input_ids: torch.Tensor, attention_mask: np.ndarray, encoder_outputs: dict, past: dict
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: np.ndarray,
+        encoder_outputs: dict,
+        past: dict,
+        candidate_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
         """One step for the last token of each row of `input_ids` (batch, length): float32 logits (batch, vocab)
-        and the next decoding state."""
+        and the next decoding state. With `candidate_rows` (`CandidateRows.get` of the output layer) the logits of
+        those candidates only, -inf elsewhere."""
         feeds = {
             "input_ids": input_ids[:, -1:].numpy(),
             "decoder_attention_mask": np.ones(input_ids.shape, dtype=np.int64),
@@ -365,8 +420,13 @@ class OnnxSeq2SeqModel(GenerationMixin):
             **encoder_outputs,
             **past,
         }
-        logits, *presents = self.decoder.run(None, feeds)
-        return torch.from_numpy(logits[:, -1]).float(), dict(zip(self.next_past_names, presents))
+        hidden_states, *presents = self.decoder.run(None, feeds)
+        if candidate_rows is None:
+            (logits,) = self.output_layer.run(None, {"hidden_states": hidden_states})
+            logits = torch.from_numpy(logits)
+        else:
+            logits = shortlist_logits(torch.from_numpy(hidden_states), candidate_rows, len(self.output_weight))
+        return logits.float(), dict(zip(self.next_past_names, presents))
 
     @torch.no_grad()
     def generate(
@@ -374,7 +434,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
     ) -> torch.LongTensor:
         """Token ids (batch * num_return_sequences, length), starting with the decoder start token, as transformers'
         `generate` returns them. input_ids, attention_mask: (batch, source) tensors or arrays; kwargs: generation
-        options (`num_beams`, `max_new_tokens`, `length_penalty`, ...)."""
+        options (`num_beams`, `max_new_tokens`, `length_penalty`, `use_shortlist`, ...)."""
         has_default_max_length = (
             kwargs.get("max_length") is None
             and (generation_config is None or generation_config.max_length is None)
@@ -385,7 +445,10 @@ class OnnxSeq2SeqModel(GenerationMixin):
             and (generation_config is None or generation_config.min_length is None)
             and self.generation_config.min_length is None
         )
+        use_shortlist = kwargs.pop("use_shortlist", None)
         generation_config, unused = self._prepare_generation_config(generation_config, **kwargs)
+        if use_shortlist is not None:
+            generation_config.use_shortlist = use_shortlist
         if unused:
             raise TypeError(f"generate: unexpected arguments {sorted(unused)}")
         mode = generation_config.get_generation_mode()
@@ -406,18 +469,30 @@ class OnnxSeq2SeqModel(GenerationMixin):
         )
         stopping_criteria = self._get_stopping_criteria(generation_config, StoppingCriteriaList())
         encoder_outputs = self.encode(input_ids, attention_mask)
+        candidate_rows = None
+        if shortlist_requested(generation_config, self.shortlist):
+            candidates = self.shortlist.candidate_mask(input_ids, attention_mask).any(dim=0, keepdim=True)
+            candidate_rows = CandidateRows().get(candidates, self.output_weight, self.output_bias)
         search = self.beam_search if mode == GenerationMode.BEAM_SEARCH else self.greedy_search
         return search(
             decoder_input_ids,
             attention_mask.numpy(),
             encoder_outputs,
+            candidate_rows,
             generation_config,
             logits_processor,
             stopping_criteria,
         )
 
     def greedy_search(
-        self, input_ids, attention_mask, encoder_outputs, generation_config, logits_processor, stopping_criteria
+        self,
+        input_ids,
+        attention_mask,
+        encoder_outputs,
+        candidate_rows,
+        generation_config,
+        logits_processor,
+        stopping_criteria,
     ) -> torch.LongTensor:
         """transformers' greedy `_sample` loop over the ONNX decoder step."""
         pad_token_id = generation_config._pad_token_tensor
@@ -425,7 +500,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         unfinished_sequences = torch.ones(input_ids.shape[0], dtype=torch.long)
         past = self.initial_past(input_ids.shape[0])
         while True:
-            logits, past = self.decode(input_ids, attention_mask, encoder_outputs, past)
+            logits, past = self.decode(input_ids, attention_mask, encoder_outputs, past, candidate_rows)
             next_tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
             if has_eos_stopping_criteria:
                 next_tokens = next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
@@ -440,7 +515,14 @@ class OnnxSeq2SeqModel(GenerationMixin):
         return {name: state[beam_idx] for name, state in past.items()}
 
     def beam_search(
-        self, input_ids, attention_mask, encoder_outputs, generation_config, logits_processor, stopping_criteria
+        self,
+        input_ids,
+        attention_mask,
+        encoder_outputs,
+        candidate_rows,
+        generation_config,
+        logits_processor,
+        stopping_criteria,
     ) -> torch.LongTensor:
         """transformers' `_beam_search` loop (its own steps) over the ONNX decoder step; the decoding state follows
         the selected beams."""
@@ -471,7 +553,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         beam_indices = running_beam_indices.clone()
         while True:
             flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
-            logits, past = self.decode(flat_running_sequences, attention_mask, encoder_outputs, past)
+            logits, past = self.decode(flat_running_sequences, attention_mask, encoder_outputs, past, candidate_rows)
             log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
             log_probs = self._unflatten_beam_dim(log_probs, batch_size, num_beams) + running_beam_scores[:, :, None]
             log_probs = torch.reshape(log_probs, (batch_size, -1))
@@ -540,3 +622,17 @@ class OnnxSeq2SeqModel(GenerationMixin):
         sequences = self._flatten_beam_dim(sequences[:, :num_return_sequences, :])
         beam_indices = self._flatten_beam_dim(beam_indices[:, :num_return_sequences, :])
         return sequences[:, : decoder_prompt_len + (beam_indices + 1).bool().sum(dim=1).max()]
+
+
+def load_shortlist(config, path: Path) -> tuple[VocabShortlist | None, torch.Tensor | None, torch.Tensor | None]:
+    """(shortlist, output layer rows (vocab, d_model), biases (vocab,)) of `save_shortlist`'s file; Nones without
+    one."""
+    if not path.is_file():
+        return None, None, None
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    shortlist = VocabShortlist(config)
+    shortlist.candidates.copy_(tensors["candidates"])
+    shortlist.frequent.copy_(tensors["frequent"])
+    return shortlist, tensors["output_weight"], tensors["output_bias"]

@@ -51,11 +51,11 @@ def quantize_onnx_int8(onnx_dir, out_dir) -> Path:
     `OnnxBertModel` as the float32 folder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from .export import DECODER_FILE, ENCODER_FILE
+    from .export import DECODER_FILE, ENCODER_FILE, OUTPUT_FILE
     from .export_bert import MODEL_FILE
 
     onnx_dir, out_dir = Path(onnx_dir), Path(out_dir)
-    graphs = (MODEL_FILE,) if (onnx_dir / MODEL_FILE).is_file() else (ENCODER_FILE, DECODER_FILE)
+    graphs = (MODEL_FILE,) if (onnx_dir / MODEL_FILE).is_file() else (ENCODER_FILE, DECODER_FILE, OUTPUT_FILE)
     missing = [name for name in graphs if not (onnx_dir / name).is_file()]
     if missing:
         raise FileNotFoundError(

@@ -108,7 +108,8 @@ def test_export_onnx_writes_the_encoder_and_decoder_graphs(tmp_path, tiny_tokeni
     main(["export", str(saved_model("hc-sa", tiny_tokenizer, tmp_path / "hc-sa")), str(tmp_path / "onnx"),
           "--format", "onnx"])
     assert "onnx model written to" in capsys.readouterr().out
-    assert (tmp_path / "onnx" / "encoder.onnx").is_file() and (tmp_path / "onnx" / "decoder_with_past.onnx").is_file()
+    for graph in ("encoder.onnx", "decoder_with_past.onnx", "output_layer.onnx"):
+        assert (tmp_path / "onnx" / graph).is_file()
     main(["export", str(tmp_path / "hc-sa"), str(tmp_path / "onnx8"), "--format", "onnx", "--quantization", "int8"])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["hc-sa", "onnx", "onnx8"]  # no staging left
     onnx = pytest.importorskip("onnx")

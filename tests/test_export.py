@@ -12,9 +12,11 @@ from transformers import AutoTokenizer
 
 from hf_simple_attn import SimpleAttnMarianConfig, TranslationPipeline, list_presets
 from hf_simple_attn.export import (
+    SHORTLIST_FILE,
     DecoderStepForExport,
     EncoderForExport,
     OnnxSeq2SeqModel,
+    OutputLayerForExport,
     export_decoder_step,
     export_encoder,
     export_onnx,
@@ -84,11 +86,12 @@ def test_encoder_exports_and_equals_eager(preset):
 
 @pytest.mark.parametrize("preset", presets_with_new_layers(DECODER_FIELDS))
 def test_decoder_step_exports_and_equals_the_full_forward(preset):
-    """Stepping the exported program from the empty state gives the logits of the teacher-forced forward, and the
-    same decoding state as the eager step (windows, family states, batch of one included)."""
+    """Stepping the exported program from the empty state gives (through the output layer) the logits of the
+    teacher-forced forward, and the same decoding state as the eager step (windows, family states, batch of one
+    included)."""
     model, program = exported(preset, "decoder")
     program = program.module()
-    step = DecoderStepForExport(model)
+    step, output_layer = DecoderStepForExport(model), OutputLayerForExport(model)
     for batch_size, length in ((3, 9), (1, 2)):
         input_ids, attention_mask = source_batch(batch_size, length, seed=1)
         target = torch.randint(1, PAD, (batch_size, 6), generator=torch.Generator().manual_seed(2))
@@ -106,10 +109,10 @@ def test_decoder_step_exports_and_equals_the_full_forward(preset):
                     *cross,
                     *past,
                 )
-                logits, *past = program(*args)
-                eager_logits, *eager_past = step(*args)
-                torch.testing.assert_close(logits[:, 0], full[:, position], rtol=1e-5, atol=1e-5)
-                torch.testing.assert_close(logits, eager_logits, rtol=1e-5, atol=1e-5)
+                hidden_states, *past = program(*args)
+                eager_hidden_states, *eager_past = step(*args)
+                torch.testing.assert_close(output_layer(hidden_states), full[:, position], rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(hidden_states, eager_hidden_states, rtol=1e-5, atol=1e-5)
                 torch.testing.assert_close(past, eager_past, rtol=1e-5, atol=1e-5)
         for spec, state in zip(step.past, past):
             assert state.shape[1:] == tuple(target.shape[1] if size is None else size for size in spec.shape)
@@ -234,11 +237,50 @@ def test_onnx_int8_computes_the_tied_output_layer_in_int8(tmp_path):
                        decoder_start_token_id=vocab_size - 1)
     assert model.lm_head.weight is model.get_input_embeddings().weight
     int8_dir = quantize_onnx_int8(export_onnx(model, tmp_path / "float32"), tmp_path / "int8")
-    graph = onnx.load(int8_dir / "decoder_with_past.onnx").graph
+    graph = onnx.load(int8_dir / "output_layer.onnx").graph
     dequantized = {output for node in graph.node if node.op_type == "DequantizeLinear" for output in node.output}
     assert not [node.name for node in graph.node if node.op_type == "MatMul" and dequantized & set(node.input)]
     int8_weights = {tuple(weight.dims) for weight in graph.initializer if weight.data_type == onnx.TensorProto.INT8}
     assert (model.config.d_model, vocab_size) in int8_weights
+
+
+@needs_onnxruntime
+def test_onnx_shortlist_decodes_as_the_pytorch_shortlist(tmp_path):
+    """A model with a vocabulary shortlist exports its tables and output rows; `use_shortlist=True` then gives the
+    PyTorch model's logits and tokens (greedy and beam), in float32 and in the int8 folder's own graphs."""
+    model = make_model("sh-x", **SIZES)
+    vocab_size = model.config.vocab_size
+    generator = torch.Generator().manual_seed(5)
+    candidates = torch.randint(0, vocab_size - 1, (vocab_size, 2), generator=generator, dtype=torch.int32)
+    model.set_vocab_shortlist(candidates, torch.arange(3, dtype=torch.int32))
+    onnx_dir = export_onnx(model, tmp_path / "float32")
+    onnx_model = OnnxSeq2SeqModel(onnx_dir)
+    input_ids, attention_mask = source_batch(4, 9, seed=6)
+    for options in (dict(num_beams=1, max_new_tokens=10), dict(num_beams=4, max_new_tokens=10)):
+        expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, use_shortlist=True, **options)
+        assert not torch.equal(expected, model.generate(input_ids=input_ids, attention_mask=attention_mask, **options))
+        assert torch.equal(onnx_model.generate(input_ids, attention_mask, use_shortlist=True, **options), expected)
+    allowed = candidates[input_ids[attention_mask.bool()]].flatten().tolist() + [0, 1, 2, *model.shortlist.special_ids]
+    assert set(expected.flatten().tolist()) <= set(allowed)
+    # Without `use_shortlist` the folder decodes over the whole vocabulary, as the PyTorch model does.
+    assert torch.equal(
+        onnx_model.generate(input_ids, attention_mask, max_new_tokens=10),
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=10),
+    )
+    int8_model = OnnxSeq2SeqModel(quantize_onnx_int8(onnx_dir, tmp_path / "int8"))
+    assert (tmp_path / "int8" / SHORTLIST_FILE).is_file()
+    output = int8_model.generate(input_ids, attention_mask, use_shortlist=True, num_beams=2, max_new_tokens=10)
+    assert set(output.flatten().tolist()) <= set(allowed)
+
+
+@needs_onnxruntime
+def test_onnx_shortlist_needs_one(onnx_models):
+    _, onnx_model = onnx_models("base")
+    assert not (onnx_model.onnx_dir / SHORTLIST_FILE).exists()
+    with pytest.raises(ValueError, match="no vocabulary shortlist"):
+        onnx_model.generate(torch.tensor([[3, 4, 0]]), use_shortlist=True)
+    with pytest.raises(ValueError, match="use_shortlist: expected True or False"):
+        onnx_model.generate(torch.tensor([[3, 4, 0]]), use_shortlist="yes")
 
 
 @needs_onnxruntime
