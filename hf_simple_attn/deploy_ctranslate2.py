@@ -20,6 +20,12 @@ works on tokens, so the tokenizer and the generation config are copied into the 
 Greedy output is `generate(num_beams=1, do_sample=False)`'s; beam search follows CTranslate2's own rules (length
 normalisation, stopping), so beams may differ slightly.
 
+A checkpoint's vocabulary shortlist becomes CTranslate2's vocabulary map (`vmap.txt`, `shortlist_vmap`): each source
+token's candidates, and the frequent and special tokens for every sentence. `translate(..., use_shortlist=True)`
+passes CTranslate2 `use_vmap=True`; CTranslate2 also always allows `<unk>`, which our shortlist allows only when it
+lists it. (CTranslate2 4.8.5 can fail with an index out of range on a call with fewer candidates than an earlier
+call of the same translator whose hypotheses stopped early; seen on tiny vocabularies.)
+
 This module is not part of the code shipped with saved checkpoints; it needs `ctranslate2` (`pip install
 ctranslate2`, or the package's `deploy` extra).
 """
@@ -67,9 +73,11 @@ def marian_config(config: SimpleAttnMarianConfig) -> MarianConfig:
 
 @torch.no_grad()
 def to_marian(model: SimpleAttnMarianMTModel) -> MarianMTModel:
-    """The same weights in transformers' MarianMTModel, checked to give the same logits on a probe batch."""
+    """The same weights in transformers' MarianMTModel, checked to give the same logits on a probe batch (a
+    vocabulary shortlist has no place there: `convert_to_ctranslate2` writes it as CTranslate2's vocabulary map)."""
     marian = MarianMTModel(marian_config(model.config)).eval()
-    marian.load_state_dict(model.state_dict())
+    weights = {name: tensor for name, tensor in model.state_dict().items() if not name.startswith("shortlist.")}
+    marian.load_state_dict(weights)
     marian.generation_config = GenerationConfig.from_dict(model.generation_config.to_dict())
     generator = torch.Generator().manual_seed(0)
     source = torch.randint(2, model.config.vocab_size - 1, (2, 7), generator=generator)
@@ -116,7 +124,8 @@ class MarianConverter(Converter):
 
 
 def convert_to_ctranslate2(model_dir, out_dir, quantization: str | None = None, force: bool = False) -> str:
-    """Convert a `base`-layout checkpoint folder into a CTranslate2 model folder `out_dir`, tokenizer included.
+    """Convert a `base`-layout checkpoint folder into a CTranslate2 model folder `out_dir`, tokenizer included, and
+    its vocabulary shortlist, when it has one, as CTranslate2's vocabulary map.
 
     `quantization` is CTranslate2's weight type (`int8`, `int8_float32`, `float16`, ...; None keeps float32);
     `force` overwrites an existing `out_dir`. Returns `out_dir`.
@@ -124,10 +133,33 @@ def convert_to_ctranslate2(model_dir, out_dir, quantization: str | None = None, 
     model = SimpleAttnMarianMTModel.from_pretrained(model_dir)
     check_base_layout(model.config, str(model_dir))
     marian = to_marian(model)
-    with tempfile.TemporaryDirectory() as files_dir:
-        AutoTokenizer.from_pretrained(model_dir).save_pretrained(files_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    with tempfile.TemporaryDirectory() as files_dir, tempfile.TemporaryDirectory() as vmap_dir:
+        tokenizer.save_pretrained(files_dir)
         marian.generation_config.save_pretrained(files_dir)
-        return MarianConverter(marian, files_dir).convert(str(out_dir), quantization=quantization, force=force)
+        vmap = None
+        if model.shortlist is not None:
+            vmap = os.path.join(vmap_dir, "vmap.txt")
+            with open(vmap, "w", encoding="utf-8") as file:
+                file.write(shortlist_vmap(model.shortlist, tokenizer))
+        converter = MarianConverter(marian, files_dir)
+        return converter.convert(str(out_dir), vmap=vmap, quantization=quantization, force=force)
+
+
+def shortlist_vmap(shortlist, tokenizer) -> str:
+    """CTranslate2's vocabulary map of a `VocabShortlist`: `source token<TAB>target tokens` for each source token with
+    candidates, and first, under the empty source, the tokens every sentence may produce (frequent and special)."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(shortlist.candidates))))
+    spaced = [token for token in tokens if token is None or any(char.isspace() for char in token)]
+    if spaced:
+        raise ValueError(f"shortlist: CTranslate2's vocabulary map cannot hold the tokens {spaced[:5]} (whitespace)")
+    always = [*shortlist.frequent.tolist(), *shortlist.special_ids]
+    lines = ["\t" + " ".join(tokens[index] for index in always if index >= 0)]
+    for source_id, row in enumerate(shortlist.candidates.tolist()):
+        targets = [tokens[index] for index in row if index >= 0]
+        if targets:
+            lines.append(f"{tokens[source_id]}\t{' '.join(targets)}")
+    return "\n".join(lines) + "\n"
 
 
 class CTranslate2Translator:
@@ -141,10 +173,13 @@ class CTranslate2Translator:
         self.tokenizer = AutoTokenizer.from_pretrained(out_dir)
         self.generation_config = GenerationConfig.from_pretrained(out_dir)
 
-    def generate_ids(self, texts: list[str], num_beams: int = 1, max_length: int | None = None) -> list[list[int]]:
+    def generate_ids(
+        self, texts: list[str], num_beams: int = 1, max_length: int | None = None, use_shortlist: bool = False
+    ) -> list[list[int]]:
         """The target ids of each translation: `generate`'s output less the decoder start token, the final </s>
         and the padding after it. `max_length` counts the decoder start token, as in `generate` (default: the
-        checkpoint's generation config)."""
+        checkpoint's generation config); `use_shortlist` decodes over the vocabulary map of the checkpoint's
+        shortlist."""
         config = self.generation_config
         max_length = max_length or config.max_length
         if max_length is None:
@@ -158,12 +193,16 @@ class CTranslate2Translator:
             length_penalty=1.0 if config.length_penalty is None else config.length_penalty,  # generate's default
             max_decoding_length=steps,
             min_decoding_length=0,  # generate may stop at once; CTranslate2's default asks for one token
+            use_vmap=use_shortlist,
         )
         return [self.tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
 
-    def translate(self, texts: list[str], num_beams: int = 1, max_length: int | None = None) -> list[str]:
+    def translate(
+        self, texts: list[str], num_beams: int = 1, max_length: int | None = None, use_shortlist: bool = False
+    ) -> list[str]:
         """The translations of `texts`, decoded without special tokens."""
-        return self.tokenizer.batch_decode(self.generate_ids(texts, num_beams, max_length), skip_special_tokens=True)
+        ids = self.generate_ids(texts, num_beams, max_length, use_shortlist)
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
 __all__ = [
@@ -173,5 +212,6 @@ __all__ = [
     "check_base_layout",
     "convert_to_ctranslate2",
     "marian_config",
+    "shortlist_vmap",
     "to_marian",
 ]

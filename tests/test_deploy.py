@@ -84,6 +84,35 @@ def test_ctranslate2_int8_translates(tmp_path, tiny_tokenizer):
 
 
 @needs_ctranslate2
+def test_the_shortlist_becomes_ctranslate2_vocabulary_map(tmp_path, tiny_tokenizer):
+    """A checkpoint's shortlist converts to `vmap.txt`; CTranslate2 then decodes over the batch's candidates (and
+    `<unk>`, which it always allows) as `generate(use_shortlist=True)` does."""
+    from hf_simple_attn.deploy_ctranslate2 import CTranslate2Translator, convert_to_ctranslate2
+
+    model = make_model("base")
+    vocab_size = model.config.vocab_size
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0, 1.0, generator=generator)
+    candidates = torch.randint(2, vocab_size - 1, (vocab_size, 2), generator=generator)
+    candidates[5, 1] = -1
+    model.set_vocab_shortlist(candidates, torch.tensor([2, 3]))
+    convert_to_ctranslate2(saved(model, tiny_tokenizer, tmp_path / "model"), tmp_path / "ct2")
+    lines = (tmp_path / "ct2" / "vmap.txt").read_text().splitlines()
+    tokens = tiny_tokenizer.convert_ids_to_tokens
+    special = sorted({PAD, 0})
+    assert lines[0] == "\t" + " ".join(tokens([2, 3, *special]))
+    assert lines[6] == f"{tokens(5)}\t{tokens(int(candidates[5, 0]))}"
+    assert len(lines) == vocab_size + 1
+    batch = tiny_tokenizer(TEXTS, return_tensors="pt", padding=True)
+    output = model.generate(**batch, num_beams=1, do_sample=False, max_length=10, use_shortlist=True)
+    assert output[:, 1:].ne(model.generate(**batch, num_beams=1, do_sample=False, max_length=10)[:, 1:]).any()
+    # CTranslate2 takes the union of one call's sentences, as `generate` does.
+    translator = CTranslate2Translator(tmp_path / "ct2", intra_threads=1)
+    assert translator.generate_ids(TEXTS, max_length=10, use_shortlist=True) == [content_ids(row) for row in output]
+
+
+@needs_ctranslate2
 def test_ctranslate2_refuses_other_layouts(tmp_path, tiny_tokenizer):
     from hf_simple_attn.deploy_ctranslate2 import convert_to_ctranslate2
 
