@@ -3,10 +3,12 @@
 Engines (`--engines`; each preset gets every `ours` engine):
 - `MarianMTModel`: transformers' own model holding the `base` preset's weights (`deploy_ctranslate2.to_marian`);
 - `ctranslate2-fp32`, `ctranslate2-int8`: CTranslate2 on the same weights (`deploy_ctranslate2`, base layout only);
+  `ctranslate2-fp32+vmap`, `ctranslate2-int8+vmap`: the same with the shortlist as its vocabulary map (`use_vmap`);
 - `<preset>/eager`: our model in PyTorch; `/compile`: its forward under `torch.compile` (default mode; compiled
   during the warm-up call of each cell, not timed); `/onnx`, `/onnx-int8`: `export_onnx` graphs run by ONNX Runtime
   (`OnnxSeq2SeqModel`; int8 by `quantize_onnx_int8`); `/int8`: PyTorch dynamic int8 of the linear layers;
-  `/shortlist`, `/int8+shortlist`: the same with the vocabulary shortlist on (`generate(..., use_shortlist=True)`).
+  `/shortlist`, `/int8+shortlist`, `/onnx+shortlist`, `/onnx-int8+shortlist`: the same with the vocabulary shortlist
+  on (`generate(..., use_shortlist=True)`).
 
 The models are initialised at random (seed 0) at `--size` (default opus-mt: 74M parameters, 58,101-token
 vocabulary): speed does not depend on what the weights learned, except through the shortlist's size, so the
@@ -40,9 +42,17 @@ import common
 
 
 PRESETS = ["base", "hc-sa", "sh-x", "ran-all", "hard-dec"]
-OURS = ["eager", "compile", "onnx", "onnx-int8", "int8", "shortlist", "int8+shortlist"]
-REFERENCES = [common.MARIAN, "ctranslate2-fp32", "ctranslate2-int8"]
-FP32_ENGINES, INT8_ENGINES = ("eager", "compile", "onnx"), ("int8", "onnx-int8")
+OURS = [
+    "eager", "compile", "onnx", "onnx-int8", "int8", "shortlist", "int8+shortlist", "onnx+shortlist",
+    "onnx-int8+shortlist",
+]
+REFERENCES = [
+    common.MARIAN, "ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-fp32+vmap", "ctranslate2-int8+vmap"
+]
+SHORTLIST_ENGINES = {"shortlist", "int8+shortlist", "onnx+shortlist", "onnx-int8+shortlist", "ctranslate2-fp32+vmap",
+                     "ctranslate2-int8+vmap"}
+FP32_ENGINES = ("eager", "compile", "onnx", "shortlist", "onnx+shortlist")
+INT8_ENGINES = ("int8", "onnx-int8", "int8+shortlist", "onnx-int8+shortlist")
 # The papers' decoding speed-ups over `base`; our fastest path must reach them (the issue's targets).
 PAPER_SPEEDUPS = {"hard-dec": 1.43, "sh-x": 1.30, "ran-all": 1.20, "hc-sa": 1.06}
 TARGET_CELLS = [(64, 1), (64, 4)]
@@ -97,7 +107,7 @@ def pytorch_engine(model, length_control: str, **options):
     return decode
 
 
-def onnx_engine(onnx_dir, threads: int, length_control: str):
+def onnx_engine(onnx_dir, threads: int, length_control: str, use_shortlist: bool = False):
     import onnxruntime
 
     from hf_simple_attn.export import OnnxSeq2SeqModel
@@ -108,24 +118,26 @@ def onnx_engine(onnx_dir, threads: int, length_control: str):
 
     def decode(batch: torch.Tensor, num_beams: int, new_tokens: int) -> torch.Tensor:
         return model.generate(
-            batch, torch.ones_like(batch), num_beams=num_beams, **common.exact_length(new_tokens, length_control)
+            batch,
+            torch.ones_like(batch),
+            num_beams=num_beams,
+            use_shortlist=use_shortlist,
+            **common.exact_length(new_tokens, length_control),
         )
 
     return decode
 
 
-def ctranslate2_engine(model_dir: str, workdir: str, quantization: str, threads: int):
+def ctranslate2_engine(folder: str, threads: int, use_vmap: bool = False):
+    """Decoding with a `convert_to_ctranslate2` folder (with `use_vmap`, over its vocabulary map)."""
     import ctranslate2
 
-    from hf_simple_attn.deploy_ctranslate2 import convert_to_ctranslate2
-
-    folder = convert_to_ctranslate2(model_dir, os.path.join(workdir, f"ct2-{quantization}"), quantization=quantization)
     translator = ctranslate2.Translator(folder, device="cpu", intra_threads=threads, inter_threads=1)
 
     def decode(batch: torch.Tensor, num_beams: int, new_tokens: int) -> list[list[str]]:
         tokens = [[f"t{index}" if index > 1 else "</s>" for index in row] for row in batch.tolist()]
         results = translator.translate_batch(tokens, beam_size=num_beams, min_decoding_length=new_tokens,
-                                             max_decoding_length=new_tokens)
+                                             max_decoding_length=new_tokens, use_vmap=use_vmap)
         return [result.hypotheses[0] for result in results]
 
     return decode
@@ -133,7 +145,7 @@ def ctranslate2_engine(model_dir: str, workdir: str, quantization: str, threads:
 
 def build_engines(args, workdir: str) -> dict:
     """{engine name: decode(batch, num_beams, new_tokens)} for every preset and reference engine asked for."""
-    from hf_simple_attn.deploy_ctranslate2 import to_marian
+    from hf_simple_attn.deploy_ctranslate2 import convert_to_ctranslate2, to_marian
     from hf_simple_attn.export import export_onnx
     from hf_simple_attn.quantize import quantize_onnx_int8
 
@@ -141,6 +153,10 @@ def build_engines(args, workdir: str) -> dict:
     for preset in args.presets:
         common.progress(f"building {preset} at size {args.size}")
         model = common.build_seq2seq(preset, args.size)
+        if SHORTLIST_ENGINES & set(args.engines):
+            model.set_vocab_shortlist(
+                *synthetic_shortlist(model.config, args.shortlist_top_k, args.shortlist_frequent, args.shortlist_pool)
+            )
         if preset == "base" and any(name in args.engines for name in REFERENCES):
             model_dir = os.path.join(workdir, "base")
             model.save_pretrained(model_dir)
@@ -149,8 +165,12 @@ def build_engines(args, workdir: str) -> dict:
                 engines[common.MARIAN] = pytorch_engine(to_marian(model), args.length_control)
             for quantization in ("float32", "int8"):
                 name = f"ctranslate2-{quantization.replace('float', 'fp')}"
-                if name in args.engines:
-                    engines[name] = ctranslate2_engine(model_dir, workdir, quantization, args.threads)
+                if not {name, f"{name}+vmap"} & set(args.engines):
+                    continue
+                folder = convert_to_ctranslate2(model_dir, os.path.join(workdir, name), quantization=quantization)
+                for use_vmap, engine in ((False, name), (True, f"{name}+vmap")):
+                    if engine in args.engines:
+                        engines[engine] = ctranslate2_engine(folder, args.threads, use_vmap)
         engines |= preset_engines(preset, model, args, workdir, export_onnx, quantize_onnx_int8)
     return engines
 
@@ -163,20 +183,15 @@ def preset_engines(preset: str, model, args, workdir: str, export_onnx, quantize
         compiled = common.build_seq2seq(preset, args.size)
         compiled.forward = torch.compile(compiled.forward)
         engines[f"{preset}/compile"] = pytorch_engine(compiled, args.length_control)
-    if wanted & {"onnx", "onnx-int8"}:
+    onnx_kinds = {"onnx", "onnx-int8", "onnx+shortlist", "onnx-int8+shortlist"}
+    if wanted & onnx_kinds:
         common.progress(f"exporting {preset} to ONNX")
-        onnx_dir = export_onnx(model, os.path.join(workdir, f"{preset}-onnx"))
-        if "onnx" in wanted:
-            engines[f"{preset}/onnx"] = onnx_engine(onnx_dir, args.threads, args.length_control)
-        if "onnx-int8" in wanted:
-            engines[f"{preset}/onnx-int8"] = onnx_engine(
-                quantize_onnx_int8(onnx_dir, os.path.join(workdir, f"{preset}-onnx-int8")), args.threads,
-                args.length_control,
-            )
-    if wanted & {"shortlist", "int8+shortlist"}:
-        model.set_vocab_shortlist(
-            *synthetic_shortlist(model.config, args.shortlist_top_k, args.shortlist_frequent, args.shortlist_pool)
-        )
+        folders = {"onnx": export_onnx(model, os.path.join(workdir, f"{preset}-onnx"))}
+        if wanted & {"onnx-int8", "onnx-int8+shortlist"}:
+            folders["onnx-int8"] = quantize_onnx_int8(folders["onnx"], os.path.join(workdir, f"{preset}-onnx-int8"))
+        for kind in sorted(wanted & onnx_kinds):
+            folder, use_shortlist = folders[kind.removesuffix("+shortlist")], kind.endswith("+shortlist")
+            engines[f"{preset}/{kind}"] = onnx_engine(folder, args.threads, args.length_control, use_shortlist)
     if wanted & {"int8", "int8+shortlist"}:
         quantized = quantize_dynamic_int8(model)
         if "int8" in wanted:
@@ -249,7 +264,8 @@ def fastest(cell: dict, preset: str, kinds: tuple[str, ...]) -> tuple[str | None
 
 def check_targets(cells: list[dict], presets: list[str]) -> list[dict]:
     """The issue's targets, in the cells of TARGET_CELLS: sh-x's fastest fp32 (int8) path against CTranslate2 fp32
-    (int8) on base; each variant's speed-up over base in base's fastest engine kind."""
+    (int8) on base, and against CTranslate2 with its vocabulary map where that path uses the shortlist; each
+    variant's speed-up over base in base's fastest engine kind."""
     checks = []
     for cell in cells:
         if (cell["batch_size"], cell["num_beams"]) not in TARGET_CELLS:
@@ -257,8 +273,11 @@ def check_targets(cells: list[dict], presets: list[str]) -> list[dict]:
         where = f"batch {cell['batch_size']}, {'greedy' if cell['num_beams'] == 1 else 'beam ' + str(cell['num_beams'])}"
         for kinds, reference in ((FP32_ENGINES, "ctranslate2-fp32"), (INT8_ENGINES, "ctranslate2-int8")):
             name, value = fastest(cell, "sh-x", kinds)
-            if name is not None and speed(cell, reference):
-                checks.append(check(f"{name} vs {reference} (base), {where}", value / speed(cell, reference), 1.0))
+            references = [reference] + ([f"{reference}+vmap"] if name and name.endswith("shortlist") else [])
+            for reference in references:
+                if name is not None and speed(cell, reference):
+                    ratio = value / speed(cell, reference)
+                    checks.append(check(f"{name} vs {reference} (base), {where}", ratio, 1.0))
         base_name, _ = fastest(cell, "base", FP32_ENGINES + INT8_ENGINES)
         if base_name is None:
             continue

@@ -161,13 +161,16 @@ def test_shortlist_benchmark(tmp_path):
 def test_deployment_benchmark(tmp_path):
     output = tmp_path / "deployment.json"
     bench_deployment.main(["--size", "tiny", "--presets", "base", "sh-x", "--engines", "MarianMTModel",
-                           "ctranslate2-fp32", "ctranslate2-int8", "eager", "int8", "shortlist", "int8+shortlist",
+                           "ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-int8+vmap", "eager", "int8",
+                           "shortlist", "int8+shortlist", "onnx+shortlist",
                            "--batch-sizes", "2", "--beams", "1", "2", "--new-tokens", "3", "--shortlist-top-k", "3",
                            "--repeats", "1", "--threads", "1", "--output", str(output)])
     data = load(output)
     assert [(cell["batch_size"], cell["num_beams"]) for cell in data["cells"]] == [(2, 1), (2, 2)]
-    engines = ["MarianMTModel", "ctranslate2-fp32", "ctranslate2-int8"] + [
-        f"{preset}/{kind}" for preset in ("base", "sh-x") for kind in ("eager", "int8", "int8+shortlist", "shortlist")
+    engines = ["MarianMTModel", "ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-int8+vmap"] + [
+        f"{preset}/{kind}"
+        for preset in ("base", "sh-x")
+        for kind in ("eager", "onnx+shortlist", "int8", "int8+shortlist", "shortlist")
     ]
     assert list(data["cells"][0]["engines"]) == engines
     assert data["cells"][1]["engines"]["sh-x/shortlist"]["sentences_per_second"]["n"] == 1
