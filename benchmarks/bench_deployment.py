@@ -114,6 +114,7 @@ def onnx_engine(onnx_dir, threads: int, length_control: str, use_shortlist: bool
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as OnnxSeq2SeqModel's default
     model = OnnxSeq2SeqModel(onnx_dir, session_options=options)
 
     def decode(batch: torch.Tensor, num_beams: int, new_tokens: int) -> torch.Tensor:

@@ -71,6 +71,7 @@ def onnx_engines(path: str, workdir: str, threads: int) -> dict:
     int8_dir = quantize_onnx_int8(fp32_dir, os.path.join(workdir, "onnx-int8"))
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as OnnxSeq2SeqModel's default
     return {f"onnx-{kind}": generate_engine(OnnxSeq2SeqModel(folder, session_options=options), tokenizer)
             for kind, folder in (("fp32", fp32_dir), ("int8", int8_dir))}
 
