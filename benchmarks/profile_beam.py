@@ -50,7 +50,8 @@ def parse_args(argv=None):
     parser.add_argument("--size", default="opus-mt", choices=common.BENCHMARK_SIZES)
     parser.add_argument("--presets", nargs="+", default=["sh-x"])
     parser.add_argument("--engines", nargs="+", default=["ctranslate2-fp32", "onnx", "shortlist"],
-                        choices=["ctranslate2-fp32", "eager", "onnx", "onnx-int8", "int8", "shortlist"])
+                        choices=["ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-int8+vmap", "eager", "onnx",
+                                 "onnx-int8", "int8", "shortlist", "onnx+shortlist", "onnx-int8+shortlist"])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--source-length", type=int, default=20)
@@ -102,7 +103,7 @@ def main(argv=None):
     args = parse_args(argv)
     common.setup_threads(args.threads)
     with tempfile.TemporaryDirectory() as workdir:
-        if "ctranslate2-fp32" in args.engines and "base" not in args.presets:
+        if any(name.startswith("ctranslate2") for name in args.engines) and "base" not in args.presets:
             args.presets = ["base", *args.presets]
         engines = build(args, workdir)
         batch = bench_deployment.sources(SIZES[args.size]["vocab_size"], args.batch_size, args.source_length)
