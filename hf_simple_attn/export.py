@@ -38,6 +38,7 @@ from torch import nn
 from transformers import AutoTokenizer, GenerationConfig, GenerationMixin
 from transformers.generation import GenerationMode, StoppingCriteriaList
 
+from .candidate_vocabulary import CandidateVocabulary
 from .modeling.cache import new_decoder_cache
 from .modeling.configuration_simple_attn import SimpleAttnMarianConfig
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel, fit_generated_length
@@ -416,23 +417,28 @@ class OnnxSeq2SeqModel(GenerationMixin):
         encoder_outputs: dict,
         past: dict,
         candidate_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        vocabulary: CandidateVocabulary | None = None,
     ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
         """One step for the last token of each row of `input_ids` (batch, length): float32 logits (batch, vocab)
         and the next decoding state. With `candidate_rows` (`CandidateRows.get` of the output layer) the logits of
-        those candidates only, -inf elsewhere."""
+        those candidates only, -inf elsewhere; with `vocabulary`, `input_ids` are its candidate indices and the
+        logits are its candidates' (batch, candidates)."""
+        last_tokens = input_ids[:, -1:] if vocabulary is None else vocabulary.to_vocabulary(input_ids[:, -1:])
         feeds = {
-            "input_ids": input_ids[:, -1:].numpy(),
+            "input_ids": last_tokens.numpy(),
             "decoder_attention_mask": np.ones(input_ids.shape, dtype=np.int64),
             "encoder_attention_mask": attention_mask,
             **encoder_outputs,
             **past,
         }
         hidden_states, *presents = self.decoder.run(None, feeds)
-        if candidate_rows is None:
+        if vocabulary is not None:
+            logits = vocabulary.logits(torch.from_numpy(hidden_states))
+        elif candidate_rows is not None:
+            logits = shortlist_logits(torch.from_numpy(hidden_states), candidate_rows, len(self.output_weight))
+        else:
             (logits,) = self.output_layer.run(None, {"hidden_states": hidden_states})
             logits = torch.from_numpy(logits)
-        else:
-            logits = shortlist_logits(torch.from_numpy(hidden_states), candidate_rows, len(self.output_weight))
         return logits.float(), dict(zip(self.next_past_names, presents))
 
     @torch.no_grad()
@@ -466,30 +472,36 @@ class OnnxSeq2SeqModel(GenerationMixin):
         attention_mask = attention_mask.to(torch.long)
         batch_size = input_ids.shape[0]
         self._prepare_special_tokens(generation_config, True, device=self.device, batch_size=batch_size)
-        decoder_input_ids = torch.full((batch_size, 1), int(generation_config._decoder_start_token_tensor))
         generation_config = self._prepare_generated_length(
             generation_config, has_default_max_length, has_default_min_length, "input_ids", 1, input_ids
         )
         generation_config = fit_generated_length(self.config, generation_config, has_default_max_length, 1)
+        fill_token = beam_fill_token(generation_config)
+        candidate_rows = vocabulary = None
+        if shortlist_requested(generation_config, self.shortlist):
+            candidates = self.shortlist.candidate_mask(input_ids, attention_mask).any(dim=0, keepdim=True)
+            candidate_rows = CandidateRows().get(candidates, self.output_weight, self.output_bias)
+            vocabulary = CandidateVocabulary(*candidate_rows, len(self.output_weight))
+            search_config = vocabulary.search_config(generation_config, self)
+            if search_config is None:
+                vocabulary = None
+            else:
+                generation_config, candidate_rows = search_config, None
+                fill_token = int(vocabulary.index[fill_token]) if fill_token >= 0 else fill_token
         logits_processor = self._get_logits_processor(
             generation_config, input_ids_seq_length=1, encoder_input_ids=input_ids, device=self.device
         )
         stopping_criteria = self._get_stopping_criteria(generation_config, StoppingCriteriaList())
         encoder_outputs = self.encode(input_ids, attention_mask)
-        candidate_rows = None
-        if shortlist_requested(generation_config, self.shortlist):
-            candidates = self.shortlist.candidate_mask(input_ids, attention_mask).any(dim=0, keepdim=True)
-            candidate_rows = CandidateRows().get(candidates, self.output_weight, self.output_bias)
-        search = self.beam_search if mode == GenerationMode.BEAM_SEARCH else self.greedy_search
-        return search(
-            decoder_input_ids,
-            attention_mask.numpy(),
-            encoder_outputs,
-            candidate_rows,
-            generation_config,
-            logits_processor,
-            stopping_criteria,
-        )
+        decoder_input_ids = torch.full((batch_size, 1), int(generation_config._decoder_start_token_tensor))
+        search_inputs = (decoder_input_ids, attention_mask.numpy(), encoder_outputs, candidate_rows, vocabulary)
+        if mode == GenerationMode.BEAM_SEARCH:
+            sequences = self.beam_search(
+                *search_inputs, generation_config, logits_processor, stopping_criteria, fill_token
+            )
+        else:
+            sequences = self.greedy_search(*search_inputs, generation_config, logits_processor, stopping_criteria)
+        return sequences if vocabulary is None else vocabulary.to_vocabulary(sequences)
 
     def greedy_search(
         self,
@@ -497,6 +509,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         attention_mask,
         encoder_outputs,
         candidate_rows,
+        vocabulary,
         generation_config,
         logits_processor,
         stopping_criteria,
@@ -507,7 +520,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         unfinished_sequences = torch.ones(input_ids.shape[0], dtype=torch.long)
         past = self.initial_past(input_ids.shape[0])
         while True:
-            logits, past = self.decode(input_ids, attention_mask, encoder_outputs, past, candidate_rows)
+            logits, past = self.decode(input_ids, attention_mask, encoder_outputs, past, candidate_rows, vocabulary)
             next_tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
             if has_eos_stopping_criteria:
                 next_tokens = next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
@@ -527,14 +540,16 @@ class OnnxSeq2SeqModel(GenerationMixin):
         attention_mask,
         encoder_outputs,
         candidate_rows,
+        vocabulary,
         generation_config,
         logits_processor,
         stopping_criteria,
+        fill_token: int,
     ) -> torch.LongTensor:
         """transformers' `_beam_search` loop (its own steps) over the ONNX decoder step; the decoding state follows
-        the selected beams."""
+        the selected beams. `fill_token`: what follows the end of a finished hypothesis (`beam_fill_token`)."""
         num_beams, max_length = generation_config.num_beams, generation_config.max_length
-        pad_token_id, eos_token_id = generation_config._pad_token_tensor, generation_config._eos_token_tensor
+        eos_token_id = generation_config._eos_token_tensor
         early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
         batch_size, cur_len = input_ids.shape
         decoder_prompt_len = cur_len
@@ -547,8 +562,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         top_num_beam_mask = torch.cat(
             (torch.ones(num_beams, dtype=torch.bool), torch.zeros(beams_to_keep - num_beams, dtype=torch.bool))
         )
-        output_fill_value = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1
-        running_sequences = torch.full((batch_size, num_beams, max_length), output_fill_value, dtype=torch.int64)
+        running_sequences = torch.full((batch_size, num_beams, max_length), fill_token, dtype=torch.int64)
         running_sequences[:, :, :cur_len] = input_ids[:, None, :]
         sequences = running_sequences.clone()
         running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float)
@@ -560,7 +574,9 @@ class OnnxSeq2SeqModel(GenerationMixin):
         beam_indices = running_beam_indices.clone()
         while True:
             flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
-            logits, past = self.decode(flat_running_sequences, attention_mask, encoder_outputs, past, candidate_rows)
+            logits, past = self.decode(
+                flat_running_sequences, attention_mask, encoder_outputs, past, candidate_rows, vocabulary
+            )
             log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
             log_probs = self._unflatten_beam_dim(log_probs, batch_size, num_beams) + running_beam_scores[:, :, None]
             log_probs = torch.reshape(log_probs, (batch_size, -1))
@@ -629,6 +645,13 @@ class OnnxSeq2SeqModel(GenerationMixin):
         sequences = self._flatten_beam_dim(sequences[:, :num_return_sequences, :])
         beam_indices = self._flatten_beam_dim(beam_indices[:, :num_return_sequences, :])
         return sequences[:, : decoder_prompt_len + (beam_indices + 1).bool().sum(dim=1).max()]
+
+
+def beam_fill_token(generation_config) -> int:
+    """What transformers' beam search writes after the end of a finished hypothesis: the pad token, or the first
+    end-of-sequence token when the pad id is 0 or unset, or -1 without either."""
+    pad_token_id, eos_token_id = generation_config._pad_token_tensor, generation_config._eos_token_tensor
+    return int(pad_token_id or eos_token_id[0] if eos_token_id is not None else -1)
 
 
 def load_shortlist(config, path: Path) -> tuple[VocabShortlist | None, torch.Tensor | None, torch.Tensor | None]:

@@ -274,6 +274,52 @@ def test_onnx_shortlist_decodes_as_the_pytorch_shortlist(tmp_path):
 
 
 @needs_onnxruntime
+def test_onnx_shortlist_searches_the_candidates_with_every_generation_option(tmp_path, monkeypatch):
+    """With the shortlist, ONNX Runtime searches over the batch's candidates alone (the logits of no other token are
+    made), with the generation options' token ids carried into the candidates; tokens and the fill after finished
+    hypotheses equal the PyTorch model's whole-vocabulary search. An option that cannot be carried (a forced token
+    outside the candidates) searches the whole vocabulary, with the same result. Token ids: pad 1 and eos 5, so
+    that pad is the first candidate while beam search fills with pad (transformers fills with eos for pad id 0)."""
+    model = make_model("hc-sa", **SIZES, pad_token_id=1, decoder_start_token_id=1, eos_token_id=5,
+                       forced_eos_token_id=5)
+    vocab_size = model.config.vocab_size
+    generator = torch.Generator().manual_seed(7)
+    candidates = torch.randint(2, vocab_size, (vocab_size, 3), generator=generator, dtype=torch.int32)
+    model.set_vocab_shortlist(candidates, torch.tensor([6, 7], dtype=torch.int32))
+    with torch.no_grad():
+        model.final_logits_bias[0, 5] = 1.0  # some hypotheses end early, others run to the end
+    onnx_model = OnnxSeq2SeqModel(export_onnx(model, tmp_path / "onnx"))
+    input_ids, attention_mask = source_batch(4, 9, seed=8)
+    input_ids[2, 5:] = 1
+    source = dict(input_ids=input_ids, attention_mask=attention_mask, use_shortlist=True)
+    frequent = model.generate(**source, max_new_tokens=12).flatten().bincount(minlength=vocab_size)
+    common = [token for token in frequent.argsort(descending=True).tolist() if token not in (1, 5)][:3]
+
+    def whole_vocabulary_logits(*args):
+        raise AssertionError("searched the whole vocabulary")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("hf_simple_attn.export.shortlist_logits", whole_vocabulary_logits)
+        for options in (
+            dict(num_beams=1, max_new_tokens=12, bad_words_ids=[[common[0]], [common[1], common[2]]]),
+            dict(num_beams=1, max_new_tokens=12, min_new_tokens=6, no_repeat_ngram_size=2),
+            dict(num_beams=4, max_new_tokens=12, repetition_penalty=1.5, suppress_tokens=[common[1]]),
+            dict(num_beams=3, max_new_tokens=10, num_return_sequences=2, length_penalty=0.3, early_stopping=True),
+        ):
+            expected = model.generate(**source, **options)
+            assert torch.equal(onnx_model.generate(input_ids, attention_mask, use_shortlist=True, **options), expected)
+    finished_early = expected[:, -1] == 1
+    assert finished_early.any() and not finished_early.all()
+
+    outside = [token for token in range(2, vocab_size) if not model.shortlist.candidate_mask(
+        input_ids, attention_mask).any(dim=0)[token]][0]
+    options = dict(num_beams=2, max_new_tokens=8, forced_bos_token_id=outside)
+    expected = model.generate(**source, **options)
+    assert expected[0, 1] == outside
+    assert torch.equal(onnx_model.generate(input_ids, attention_mask, use_shortlist=True, **options), expected)
+
+
+@needs_onnxruntime
 def test_onnx_shortlist_needs_one(onnx_models):
     _, onnx_model = onnx_models("base")
     assert not (onnx_model.onnx_dir / SHORTLIST_FILE).exists()

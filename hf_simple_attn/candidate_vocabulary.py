@@ -1,0 +1,94 @@
+"""Search over a vocabulary shortlist's candidates, as CTranslate2 does with its vocabulary map.
+
+Decoding with the shortlist (`vocab_shortlist.py`) gives every token outside the batch's candidates the logit -inf.
+Computing those logits for the whole vocabulary and then a log-softmax, the logits processors and the top-k over it
+at every step costs a third of a beam search at opus-mt size with a few thousand candidates. A
+`CandidateVocabulary` makes the candidates a vocabulary of their own: token i of the search is candidate
+`ids[i]`; the generation config's token ids are carried into it (`search_config`), the search runs unchanged on
+(rows, candidates) logits, and `to_vocabulary` maps its output back. Since a token outside the candidates has
+probability 0, the search chooses the same tokens as over the whole vocabulary with -inf logits.
+
+An option whose token ids cannot be carried over (a forced token that is not a candidate, `sequence_bias`, the
+encoder-side repetition options, which compare source with target ids) gives `search_config` None: the caller
+then searches the whole vocabulary.
+"""
+
+import copy
+
+import torch
+from torch import nn
+from transformers import GenerationConfig
+
+
+# Generation options the search cannot carry over, with their "off" values.
+UNCARRIED_OPTIONS = {
+    "sequence_bias": None,
+    "force_words_ids": None,
+    "encoder_repetition_penalty": 1.0,
+    "encoder_no_repeat_ngram_size": 0,
+    "stop_strings": None,
+}
+SPECIAL_TOKENS = ("bos", "eos", "pad", "decoder_start")
+
+
+class CandidateVocabulary:
+    """The candidates of one `generate` call (`ids`, (candidates,) sorted target ids) with their output-layer rows
+    (`weight` (candidates, d_model), `bias` (candidates,)); `index` (vocabulary,) gives a target id's candidate
+    index, -1 for a token that is not a candidate."""
+
+    def __init__(self, ids: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, vocab_size: int):
+        self.ids, self.weight, self.bias = ids, weight, bias
+        self.index = torch.full((vocab_size,), -1, dtype=torch.long)
+        self.index[ids] = torch.arange(len(ids))
+
+    def logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The output layer over the candidates: (rows, d_model) -> (rows, candidates)."""
+        return nn.functional.linear(hidden_states, self.weight, self.bias)
+
+    def to_vocabulary(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Candidate indices -> target ids; negative values (no token) stay as they are."""
+        return torch.where(tokens >= 0, self.ids[tokens.clamp(min=0)], tokens)
+
+    def carry(self, token_ids: list[int]) -> list[int]:
+        """The candidate indices of the `token_ids` that are candidates."""
+        return [int(self.index[token]) for token in token_ids if self.index[token] >= 0]
+
+    def search_config(self, generation_config: GenerationConfig, model) -> GenerationConfig | None:
+        """A copy of `generation_config` (prepared by `model._prepare_special_tokens`) whose token ids are candidate
+        indices, prepared the same way; None when an option cannot be carried over. Tokens the search may not
+        produce (bad words, suppressed tokens, extra end-of-sequence ids) are dropped when they are not candidates,
+        since no candidate search can produce them anyway."""
+        for name, off in UNCARRIED_OPTIONS.items():
+            if getattr(generation_config, name, off) not in (off, None):
+                return None
+        search_config = copy.deepcopy(generation_config)
+        for name in SPECIAL_TOKENS:
+            tensor = getattr(generation_config, f"_{name}_token_tensor")
+            if tensor is None:
+                continue
+            carried = self.carry(tensor.reshape(-1).tolist())
+            if len(carried) < (1 if name == "eos" else tensor.numel()):
+                return None
+            setattr(search_config, f"{name}_token_id", carried if tensor.ndim else carried[0])
+        for name in ("forced_bos_token_id", "forced_eos_token_id"):
+            token = getattr(generation_config, name)
+            if token is not None:
+                carried = self.carry(token if isinstance(token, list) else [token])
+                if not carried:
+                    return None
+                setattr(search_config, name, carried if isinstance(token, list) else carried[0])
+        if generation_config.bad_words_ids is not None:
+            words = [self.carry(word) for word in generation_config.bad_words_ids]
+            kept = [
+                word for word, original in zip(words, generation_config.bad_words_ids) if len(word) == len(original)
+            ]
+            search_config.bad_words_ids = kept or None
+        for name in ("suppress_tokens", "begin_suppress_tokens"):
+            tokens = getattr(generation_config, name)
+            if tokens is not None:
+                setattr(search_config, name, self.carry(tokens) or None)
+        model._prepare_special_tokens(search_config, True, device=model.device)
+        return search_config
+
+
+__all__ = ["CandidateVocabulary"]
