@@ -531,8 +531,14 @@ class OnnxSeq2SeqModel(GenerationMixin):
 
     @staticmethod
     def reorder_past(past: dict[str, np.ndarray], beam_idx: np.ndarray) -> dict[str, np.ndarray]:
-        """The decoding state of the selected beams: row `i` of each state becomes the old row `beam_idx[i]`."""
-        return {name: state[beam_idx] for name, state in past.items()}
+        """The decoding state of the selected beams: row `i` of each state becomes the old row `beam_idx[i]`, in
+        place, copying only the rows whose beam changed (the state is most of the memory a step writes)."""
+        moved = np.flatnonzero(beam_idx != np.arange(len(beam_idx)))
+        if len(moved):
+            sources = beam_idx[moved]
+            for state in past.values():
+                state[moved] = state[sources]
+        return past
 
     def beam_search(
         self,
