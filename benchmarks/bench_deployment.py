@@ -13,10 +13,11 @@ Engines (`--engines`; each preset gets every `ours` engine):
 The models are initialised at random (seed 0) at `--size` (default opus-mt: 74M parameters, 58,101-token
 vocabulary): speed does not depend on what the weights learned, except through the shortlist's size, so the
 shortlist is synthetic: each source token lists `--shortlist-top-k` target tokens drawn from a pool of
-`--shortlist-pool` ids, plus `--shortlist-frequent` frequent ones; the candidates per batch are reported (a trained
-shortlist's own counts: benchmarks/results/shortlist.json). Every engine decodes the same random sources
-(`--source-length` tokens) for exactly `--new-tokens` tokens, checked on the output (transformers-style engines
-without an end-of-sentence token, `common.exact_length`; CTranslate2 with `min_decoding_length`). Each cell (batch
+`--shortlist-pool` ids, plus `--shortlist-frequent` frequent ones (at the defaults a batch of 64 has 4,000
+candidates, one sentence about 960; a trained shortlist's own counts: benchmarks/results/shortlist.json). Every
+engine decodes the same random sources (`--source-length` tokens) for exactly `--new-tokens` tokens, checked on the
+output (transformers-style engines without an end-of-sentence token, `common.exact_length`; CTranslate2 with
+`min_decoding_length`). Each cell (batch
 size, beams) warms every engine up once, then times `--repeats` rounds, engines in an order rotated each round.
 Batch size 1 decodes `--single-sentences` sentences one after the other. `--threads` is torch's thread count, ONNX
 Runtime's intra-op threads and CTranslate2's intra_threads.
