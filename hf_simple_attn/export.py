@@ -349,6 +349,27 @@ def save_shortlist(model, path: Path) -> None:
 ONNX_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
+@dataclasses.dataclass
+class DecodingContext:
+    """What every decoding step of one `generate` call reads besides its tokens and state: the source's
+    `attention_mask` and the encoder's `cross.*` outputs, and where the logits come from: the whole vocabulary (both
+    None), the shortlist's candidates with -inf elsewhere (`candidate_rows`, `CandidateRows.get` of the output
+    layer), or the candidates alone (`vocabulary`; the steps' tokens are then its candidate indices)."""
+
+    attention_mask: np.ndarray
+    encoder_outputs: dict[str, np.ndarray]
+    candidate_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    vocabulary: CandidateVocabulary | None = None
+
+    def repeated(self, times: int) -> "DecodingContext":
+        """Each sentence's rows `times` times in a row (beam search: one per beam)."""
+        return dataclasses.replace(
+            self,
+            attention_mask=np.repeat(self.attention_mask, times, axis=0),
+            encoder_outputs={name: np.repeat(tensor, times, axis=0) for name, tensor in self.encoder_outputs.items()},
+        )
+
+
 class OnnxSeq2SeqModel(GenerationMixin):
     """The graphs of `export_onnx` run by ONNX Runtime, with `generate` (greedy or beam search).
 
@@ -411,31 +432,24 @@ class OnnxSeq2SeqModel(GenerationMixin):
         }
 
     def decode(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: np.ndarray,
-        encoder_outputs: dict,
-        past: dict,
-        candidate_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-        vocabulary: CandidateVocabulary | None = None,
+        self, input_ids: torch.Tensor, context: DecodingContext, past: dict
     ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
-        """One step for the last token of each row of `input_ids` (batch, length): float32 logits (batch, vocab)
-        and the next decoding state. With `candidate_rows` (`CandidateRows.get` of the output layer) the logits of
-        those candidates only, -inf elsewhere; with `vocabulary`, `input_ids` are its candidate indices and the
-        logits are its candidates' (batch, candidates)."""
+        """One step for the last token of each row of `input_ids` (batch, length): float32 logits (batch, vocab;
+        (batch, candidates) with `context.vocabulary`) and the next decoding state."""
+        vocabulary = context.vocabulary
         last_tokens = input_ids[:, -1:] if vocabulary is None else vocabulary.to_vocabulary(input_ids[:, -1:])
         feeds = {
             "input_ids": last_tokens.numpy(),
             "decoder_attention_mask": np.ones(input_ids.shape, dtype=np.int64),
-            "encoder_attention_mask": attention_mask,
-            **encoder_outputs,
+            "encoder_attention_mask": context.attention_mask,
+            **context.encoder_outputs,
             **past,
         }
         hidden_states, *presents = self.decoder.run(None, feeds)
         if vocabulary is not None:
             logits = vocabulary.logits(torch.from_numpy(hidden_states))
-        elif candidate_rows is not None:
-            logits = shortlist_logits(torch.from_numpy(hidden_states), candidate_rows, len(self.output_weight))
+        elif context.candidate_rows is not None:
+            logits = shortlist_logits(torch.from_numpy(hidden_states), context.candidate_rows, len(self.output_weight))
         else:
             (logits,) = self.output_layer.run(None, {"hidden_states": hidden_states})
             logits = torch.from_numpy(logits)
@@ -494,25 +508,16 @@ class OnnxSeq2SeqModel(GenerationMixin):
         stopping_criteria = self._get_stopping_criteria(generation_config, StoppingCriteriaList())
         encoder_outputs = self.encode(input_ids, attention_mask)
         decoder_input_ids = torch.full((batch_size, 1), int(generation_config._decoder_start_token_tensor))
-        search_inputs = (decoder_input_ids, attention_mask.numpy(), encoder_outputs, candidate_rows, vocabulary)
+        context = DecodingContext(attention_mask.numpy(), encoder_outputs, candidate_rows, vocabulary)
+        search_options = (generation_config, logits_processor, stopping_criteria)
         if mode == GenerationMode.BEAM_SEARCH:
-            sequences = self.beam_search(
-                *search_inputs, generation_config, logits_processor, stopping_criteria, fill_token
-            )
+            sequences = self.beam_search(decoder_input_ids, context, *search_options, fill_token)
         else:
-            sequences = self.greedy_search(*search_inputs, generation_config, logits_processor, stopping_criteria)
+            sequences = self.greedy_search(decoder_input_ids, context, *search_options)
         return sequences if vocabulary is None else vocabulary.to_vocabulary(sequences)
 
     def greedy_search(
-        self,
-        input_ids,
-        attention_mask,
-        encoder_outputs,
-        candidate_rows,
-        vocabulary,
-        generation_config,
-        logits_processor,
-        stopping_criteria,
+        self, input_ids, context: DecodingContext, generation_config, logits_processor, stopping_criteria
     ) -> torch.LongTensor:
         """transformers' greedy `_sample` loop over the ONNX decoder step."""
         pad_token_id = generation_config._pad_token_tensor
@@ -520,7 +525,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         unfinished_sequences = torch.ones(input_ids.shape[0], dtype=torch.long)
         past = self.initial_past(input_ids.shape[0])
         while True:
-            logits, past = self.decode(input_ids, attention_mask, encoder_outputs, past, candidate_rows, vocabulary)
+            logits, past = self.decode(input_ids, context, past)
             next_tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
             if has_eos_stopping_criteria:
                 next_tokens = next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
@@ -543,10 +548,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
     def beam_search(
         self,
         input_ids,
-        attention_mask,
-        encoder_outputs,
-        candidate_rows,
-        vocabulary,
+        context: DecodingContext,
         generation_config,
         logits_processor,
         stopping_criteria,
@@ -559,8 +561,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
         batch_size, cur_len = input_ids.shape
         decoder_prompt_len = cur_len
-        attention_mask = np.repeat(attention_mask, num_beams, axis=0)
-        encoder_outputs = {name: np.repeat(tensor, num_beams, axis=0) for name, tensor in encoder_outputs.items()}
+        context = context.repeated(num_beams)
         past = self.initial_past(batch_size * num_beams)
 
         n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
@@ -580,9 +581,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         beam_indices = running_beam_indices.clone()
         while True:
             flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
-            logits, past = self.decode(
-                flat_running_sequences, attention_mask, encoder_outputs, past, candidate_rows, vocabulary
-            )
+            logits, past = self.decode(flat_running_sequences, context, past)
             log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
             log_probs = self._unflatten_beam_dim(log_probs, batch_size, num_beams) + running_beam_scores[:, :, None]
             log_probs = torch.reshape(log_probs, (batch_size, -1))

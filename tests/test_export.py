@@ -14,6 +14,7 @@ from hf_simple_attn import SimpleAttnMarianConfig, TranslationPipeline, list_pre
 from hf_simple_attn.export import (
     SHORTLIST_FILE,
     DecoderStepForExport,
+    DecodingContext,
     EncoderForExport,
     OnnxSeq2SeqModel,
     OutputLayerForExport,
@@ -169,10 +170,10 @@ def test_onnx_runtime_logits_and_tokens_equal_pytorch(preset, onnx_models):
     target = torch.randint(1, PAD, (4, 6), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits
-    encoder_outputs = onnx_model.encode(input_ids, attention_mask)
+    context = DecodingContext(attention_mask.numpy(), onnx_model.encode(input_ids, attention_mask))
     past = onnx_model.initial_past(4)
     for position in range(target.shape[1]):
-        logits, past = onnx_model.decode(target[:, : position + 1], attention_mask.numpy(), encoder_outputs, past)
+        logits, past = onnx_model.decode(target[:, : position + 1], context, past)
         torch.testing.assert_close(logits, full[:, position], rtol=0, atol=1e-4)
     for options in (
         dict(num_beams=1, max_new_tokens=12),
@@ -212,8 +213,8 @@ def test_onnx_int8_graphs_store_int8_weights_and_stay_close_to_float32(tmp_path,
     assert any(weight.data_type == onnx.TensorProto.INT8 for weight in graph.graph.initializer)
     input_ids, attention_mask = source_batch(4, 9, seed=3)
     target = torch.randint(1, PAD, (4, 1), generator=torch.Generator().manual_seed(4))
-    encoder_outputs = int8_model.encode(input_ids, attention_mask)
-    logits, _ = int8_model.decode(target, attention_mask.numpy(), encoder_outputs, int8_model.initial_past(4))
+    context = DecodingContext(attention_mask.numpy(), int8_model.encode(input_ids, attention_mask))
+    logits, _ = int8_model.decode(target, context, int8_model.initial_past(4))
     with torch.no_grad():
         expected = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits[:, -1]
     assert (logits - expected).abs().max() < 0.05 * expected.abs().max()
