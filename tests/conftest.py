@@ -92,6 +92,50 @@ def tiny_tokenizer():
     return build_tokenizer()
 
 
+BERT_WORDS = "the a cat dog sat on mat house is big small red blue green tree car runs fast slow and good bad".split()
+
+
+def build_bert_tokenizer():
+    """A word-level BERT-layout fast tokenizer: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4, then words."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: index for index, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
+    for word in BERT_WORDS:
+        vocab[word] = len(vocab)
+    for index in range(len(vocab), TINY_BERT["vocab_size"]):
+        vocab[f"w{index}"] = index
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
+def padded_bert_batch(lengths, vocab_size=TINY_BERT["vocab_size"], seed=0):
+    """Right-padded random ids (pad 0) and the attention mask, one row per length."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, length in enumerate(lengths):
+        input_ids[row, :length] = torch.randint(5, vocab_size, (length,), generator=generator)
+        attention_mask[row, :length] = 1
+    return input_ids, attention_mask
+
+
+@pytest.fixture(scope="session")
+def bert_tokenizer():
+    return build_bert_tokenizer()
+
+
 HUB_TOKEN = "hf_SECRETTOKEN123"
 
 

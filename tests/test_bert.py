@@ -29,10 +29,8 @@ from hf_simple_attn import (
 )
 from hf_simple_attn.convert import convert_bert_checkpoint
 
-from conftest import TINY_BERT, run_without_package
+from conftest import TINY_BERT, padded_bert_batch, run_without_package
 
-
-BERT_WORDS = "the a cat dog sat on mat house is big small red blue green tree car runs fast slow and good bad".split()
 
 HC_LAYOUT = {"encoder_self": {"kind": "hard_coded", "offsets": [-1, 1]}}
 # Layer 0 hard-coded (no query/key), layers 1 and 2 dot product sharing one query/key set.
@@ -51,47 +49,6 @@ def tiny_config(**overrides):
     return SimpleAttnBertConfig(**{**TINY_BERT, **overrides})
 
 
-def build_bert_tokenizer():
-    """A word-level BERT-layout fast tokenizer: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4, then words."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {token: index for index, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
-    for word in BERT_WORDS:
-        vocab[word] = len(vocab)
-    for index in range(len(vocab), TINY_BERT["vocab_size"]):
-        vocab[f"w{index}"] = index
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
-
-
-@pytest.fixture(scope="module")
-def bert_tokenizer():
-    return build_bert_tokenizer()
-
-
-def padded_batch(lengths, vocab_size=TINY_BERT["vocab_size"], seed=0):
-    """Right-padded random ids (pad 0) and the attention mask, one row per length."""
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, length in enumerate(lengths):
-        input_ids[row, :length] = torch.randint(5, vocab_size, (length,), generator=generator)
-        attention_mask[row, :length] = 1
-    return input_ids, attention_mask
-
-
 # ----------------------------------------------------------------------------------------------
 # The base layout is transformers' BERT
 
@@ -105,7 +62,7 @@ def test_base_layout_has_berts_parameters_and_outputs(bert_class, simple_class):
     assert {name: tuple(t.shape) for name, t in model.state_dict().items()} == reference_shapes
     model.load_state_dict(reference.state_dict(), strict=True)
 
-    input_ids, attention_mask = padded_batch([7, 4])
+    input_ids, attention_mask = padded_bert_batch([7, 4])
     token_type_ids = torch.zeros_like(input_ids)
     token_type_ids[:, 3:] = 1
     with torch.no_grad():
@@ -123,7 +80,7 @@ def test_bert_checkpoint_loads_without_missing_or_unexpected_keys(tmp_path):
     model, info = SimpleAttnBertForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
     assert (info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"]) == (set(), set(), set())
     assert model.config.attention_layout["encoder_self"][0]["groups"] == [{"kind": "dot", "num_heads": 4}]
-    input_ids, attention_mask = padded_batch([6, 3])
+    input_ids, attention_mask = padded_bert_batch([6, 3])
     with torch.no_grad():
         torch.testing.assert_close(
             model.eval()(input_ids, attention_mask=attention_mask).logits,
@@ -157,7 +114,7 @@ def test_layout_builds_the_right_modules():
 
     no_attention = SimpleAttnBertModel(tiny_config(attention_layout={"encoder_self": ["dot", "none", "dot"]}))
     assert no_attention.encoder.layer[1].attention is None
-    outputs = no_attention(padded_batch([5])[0], output_attentions=True)
+    outputs = no_attention(padded_bert_batch([5])[0], output_attentions=True)
     assert outputs.attentions[1] is None and outputs.attentions[0].shape == (1, 4, 5, 5)
 
 
@@ -190,7 +147,7 @@ def test_padded_batch_equals_each_example_alone(layout):
     torch.manual_seed(0)
     model = SimpleAttnBertForSequenceClassification(tiny_config(attention_layout=layout, num_labels=3)).eval()
     lengths = [7, 3, 5]
-    input_ids, attention_mask = padded_batch(lengths)
+    input_ids, attention_mask = padded_bert_batch(lengths)
     with torch.no_grad():
         batch = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
         for row, length in enumerate(lengths):
@@ -204,7 +161,7 @@ def test_padded_batch_equals_each_example_alone(layout):
 def test_output_attentions_hidden_states_and_tuples():
     torch.manual_seed(0)
     model = SimpleAttnBertForTokenClassification(tiny_config(attention_layout=HC_LAYOUT, num_labels=5)).eval()
-    input_ids, attention_mask = padded_batch([6, 4])
+    input_ids, attention_mask = padded_bert_batch([6, 4])
     labels = torch.randint(0, 5, input_ids.shape).masked_fill(attention_mask == 0, -100)
     outputs = model(
         input_ids, attention_mask=attention_mask, labels=labels, output_attentions=True, output_hidden_states=True
@@ -228,7 +185,7 @@ def test_output_attentions_hidden_states_and_tuples():
 def test_gradient_checkpointing_gives_the_same_gradients():
     torch.manual_seed(0)
     model = SimpleAttnBertForMaskedLM(tiny_config(attention_layout=MIXED_TIED_LAYOUT)).train()
-    input_ids, attention_mask = padded_batch([6, 4])
+    input_ids, attention_mask = padded_bert_batch([6, 4])
     labels = input_ids.masked_fill(attention_mask == 0, -100)
 
     def gradients():
@@ -265,7 +222,7 @@ def test_save_pretrained_round_trip_keeps_ties_and_logits(tmp_path):
     assert (info["missing_keys"], info["unexpected_keys"]) == (set(), set())
     layers = reloaded.bert.encoder.layer
     assert layers[2].attention.self.query is layers[1].attention.self.query
-    input_ids, attention_mask = padded_batch([6, 4])
+    input_ids, attention_mask = padded_bert_batch([6, 4])
     with torch.no_grad():
         torch.testing.assert_close(
             reloaded.eval()(input_ids, attention_mask=attention_mask).logits,
@@ -336,7 +293,7 @@ def test_trust_remote_code_in_a_clean_process(tmp_path):
     workdir.mkdir()
     folder = workdir / "checkpoint"
     shutil.copytree(tmp_path / "saved", folder)
-    input_ids, attention_mask = padded_batch([6, 4])
+    input_ids, attention_mask = padded_bert_batch([6, 4])
     result = run_remote_code(folder, workdir, input_ids, attention_mask)
     assert result["module"].startswith("transformers_modules.")
     with torch.no_grad():

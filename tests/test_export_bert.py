@@ -7,7 +7,6 @@ import importlib.util
 
 import pytest
 import torch
-from test_bert import build_bert_tokenizer, padded_batch
 from transformers import AutoTokenizer
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 
@@ -22,7 +21,7 @@ from hf_simple_attn import (
 from hf_simple_attn.cli import main
 from hf_simple_attn.export_bert import OnnxBertModel, export_bert_onnx, export_bert_program, save_bert_onnx
 
-from conftest import TINY_BERT
+from conftest import TINY_BERT, build_bert_tokenizer, padded_bert_batch
 
 
 # One preset per family: dot product, local bands, hard-coded, RAN, Synthesizer, per-head local masks, hard retrieval.
@@ -59,7 +58,7 @@ def exported(preset: str):
 
 def model_inputs(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded random ids, their mask, and token types: segment 1 from the middle of the row on."""
-    input_ids, attention_mask = padded_batch(lengths, seed=seed)
+    input_ids, attention_mask = padded_bert_batch(lengths, seed=seed)
     token_type_ids = torch.zeros_like(input_ids)
     token_type_ids[:, input_ids.shape[1] // 2 :] = 1
     return input_ids, attention_mask, token_type_ids
