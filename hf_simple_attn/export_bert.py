@@ -78,10 +78,23 @@ class BertForExport(nn.Module):
             self.output_names = ["logits"]
         else:
             self.output_names = ["last_hidden_state"] + (["pooler_output"] if model.pooler is not None else [])
+        self.masked_lm = isinstance(model, SimpleAttnBertForMaskedLM)
+        if self.masked_lm:
+            # The masked-LM output layer as its own (hidden, vocabulary) constant, as export.OutputLayerForExport:
+            # tied to the embeddings, it reached the graph as a transpose of their table, left float32 by int8.
+            decoder = model.cls.predictions.decoder
+            self.output_projection = nn.Buffer(decoder.weight.detach().t().contiguous())
+            self.output_bias = nn.Buffer(decoder.bias.detach().clone())
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
+        if self.masked_lm:
+            outputs = self.model.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
+            )
+            hidden_states = self.model.cls.predictions.transform(outputs.last_hidden_state)
+            return (hidden_states @ self.output_projection + self.output_bias,)  # (batch, length, vocabulary)
         outputs = self.model(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
         )

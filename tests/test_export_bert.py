@@ -120,6 +120,31 @@ def test_onnx_model_returns_the_outputs_of_its_model_class(head, tmp_path):
         torch.testing.assert_close(actual.to_tuple(), expected.to_tuple(), rtol=0, atol=1e-4)
 
 
+@needs_onnxruntime
+def test_onnx_int8_computes_the_tied_masked_lm_output_layer_in_int8(tmp_path):
+    """The masked-LM head's output layer shares the embeddings' table; exported as the transpose of that table (too
+    large for the exporter to fold: 300 x 32 entries) it stayed a float32 MatMul after int8 quantisation. It must be
+    an int8 GEMM like every other weight, and the float32 graph must still give the PyTorch logits."""
+    import onnx
+
+    from hf_simple_attn.quantize import quantize_onnx_int8
+
+    torch.manual_seed(0)
+    model = SimpleAttnBertForMaskedLM(SimpleAttnBertConfig(**{**TINY_BERT, "vocab_size": 300})).eval()
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    float32_dir = export_bert_onnx(model, tmp_path / "float32")
+    inputs = model_inputs([6, 9], seed=3)
+    torch.testing.assert_close(
+        OnnxBertModel(float32_dir)(*inputs).logits, eager(model, *inputs).logits, rtol=0, atol=1e-4
+    )
+    int8_dir = quantize_onnx_int8(float32_dir, tmp_path / "int8")
+    graph = onnx.load(int8_dir / "model.onnx").graph
+    dequantized = {output for node in graph.node if node.op_type == "DequantizeLinear" for output in node.output}
+    assert not [node.name for node in graph.node if node.op_type == "MatMul" and dequantized & set(node.input)]
+    int8_weights = {tuple(weight.dims) for weight in graph.initializer if weight.data_type == onnx.TensorProto.INT8}
+    assert (model.config.hidden_size, 300) in int8_weights
+
+
 def saved_classifier(folder):
     """A sequence classifier (`band6`) and its tokenizer saved in `folder`: (model, tokenizer)."""
     model, tokenizer = make_model("band6", "sequence-classification"), build_bert_tokenizer()
