@@ -24,7 +24,8 @@ step (the GMM synthesis network's means), batch first, zeros before the first st
 `past.*` tensor is zeros, of length 0 where it grows. Beam search reorders every `past.*` tensor along the batch.
 
 `OnnxSeq2SeqModel` runs the ONNX graphs with ONNX Runtime and decodes (greedy or beam search) exactly as
-transformers' `generate` does with the PyTorch model, with or without the shortlist; `TranslationPipeline(model=OnnxSeq2SeqModel(folder),
+transformers' `generate` does with the PyTorch model, with or without the shortlist (whose search runs over the
+batch's candidates alone: `candidate_vocabulary.py`); `TranslationPipeline(model=OnnxSeq2SeqModel(folder),
 tokenizer=...)` translates text with it.
 """
 
