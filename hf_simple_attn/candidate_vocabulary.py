@@ -73,8 +73,9 @@ class CandidateVocabulary:
         for name in ("forced_bos_token_id", "forced_eos_token_id"):
             token = getattr(generation_config, name)
             if token is not None:
-                carried = self.carry(token if isinstance(token, list) else [token])
-                if not carried:
+                tokens = token if isinstance(token, list) else [token]
+                carried = self.carry(tokens)
+                if len(carried) < len(tokens):  # a forced token outside the candidates wins over all of them
                     return None
                 setattr(search_config, name, carried if isinstance(token, list) else carried[0])
         if generation_config.bad_words_ids is not None:

@@ -56,6 +56,7 @@ def test_token_ids_become_candidate_indices():
     "options",
     [
         dict(forced_bos_token_id=5),  # a forced token that is not a candidate
+        dict(forced_eos_token_id=[0, 5]),  # one of several forced tokens is not a candidate
         dict(sequence_bias={(5,): -1.0}),
         dict(encoder_repetition_penalty=1.2),  # compares source ids with target ids
         dict(encoder_no_repeat_ngram_size=2),
