@@ -154,6 +154,37 @@ def test_save_and_load_keep_the_shortlist_and_its_code(tmp_path, tiny_tokenizer)
     assert plain.shortlist is None and info["unexpected_keys"] == set()
 
 
+def test_resizing_the_vocabulary_fits_the_shortlist_and_the_checkpoint_reloads(tmp_path):
+    model = make_model("base")
+    candidates, frequent = restricted_shortlist()
+    model.set_vocab_shortlist(candidates, frequent)
+    model.resize_token_embeddings(VOCAB + 8)
+    # Old rows kept, the 8 new source tokens without candidates of their own.
+    expected_candidates = torch.cat([candidates, torch.full((8, 2), -1)]).int()
+    assert torch.equal(model.shortlist.candidates, expected_candidates)
+    assert torch.equal(model.shortlist.frequent, frequent.int())
+    assert model.shortlist.target_vocab_size == VOCAB + 8
+    source = {"input_ids": torch.tensor([[VOCAB + 3, 7, 0]]), "attention_mask": torch.ones(1, 3, dtype=torch.long)}
+    output = model.generate(**source, num_beams=3, max_new_tokens=8, use_shortlist=True)
+    assert set(output[0].tolist()) <= allowed_tokens(
+        expected_candidates, frequent, source["input_ids"][0], source["attention_mask"][0]
+    )
+    model.save_pretrained(tmp_path)
+    loaded = SimpleAttnMarianMTModel.from_pretrained(tmp_path).eval()
+    assert torch.equal(loaded.shortlist.candidates, expected_candidates)
+    assert torch.equal(loaded.generate(**source, num_beams=3, max_new_tokens=8, use_shortlist=True), output)
+
+
+def test_shrinking_the_vocabulary_drops_the_removed_tokens_from_the_shortlist():
+    model = make_model("base")
+    candidates = torch.tensor([[2, VOCAB - 3]] * VOCAB)
+    model.set_vocab_shortlist(candidates, torch.tensor([5, VOCAB - 2]))
+    model.resize_token_embeddings(VOCAB - 4)
+    assert torch.equal(model.shortlist.candidates, torch.tensor([[2, -1]] * (VOCAB - 4), dtype=torch.int32))
+    assert torch.equal(model.shortlist.frequent, torch.tensor([5], dtype=torch.int32))
+    assert (model.config.shortlist_top_k, model.config.shortlist_frequent) == (2, 1)
+
+
 def test_a_checkpoint_without_shortlist_loads_unchanged(tmp_path):
     model = make_model("base")
     model.save_pretrained(tmp_path)

@@ -41,6 +41,7 @@ from .vocab_shortlist import (
     CandidateRows,
     VocabShortlist,
     new_vocab_shortlist,
+    resized_vocab_shortlist,
     shortlist_logits,
     shortlist_requested,
 )
@@ -482,12 +483,14 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Embedding:
         """With a shared vocabulary, also resize `final_logits_bias` and `config.decoder_vocab_size`, as
-        `MarianMTModel` does."""
+        `MarianMTModel` does; a vocabulary shortlist is fitted to the new sizes."""
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         if self.config.share_encoder_decoder_embeddings:
             num_tokens = embeddings.weight.shape[0]
             self.config.decoder_vocab_size = num_tokens
             self._resize_final_logits_bias(num_tokens)
+        if self.shortlist is not None:
+            self.shortlist = resized_vocab_shortlist(self.config, self.shortlist)
         return embeddings
 
     def _resize_final_logits_bias(self, new_num_tokens: int) -> None:

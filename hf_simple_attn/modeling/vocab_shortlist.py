@@ -64,6 +64,19 @@ def new_vocab_shortlist(config, candidates: torch.Tensor, frequent: torch.Tensor
     return shortlist
 
 
+def resized_vocab_shortlist(config, shortlist: VocabShortlist) -> VocabShortlist:
+    """`shortlist` fitted to the config's vocabulary sizes after `resize_token_embeddings`: a new source token gets no
+    candidates of its own (it allows the frequent and special tokens only); a target token that no longer exists
+    leaves the tables."""
+    target_size = target_vocab_size(config)
+    candidates = shortlist.candidates[: config.vocab_size]  # (source vocabulary, top_k)
+    new_rows = candidates.new_full((config.vocab_size - len(candidates), candidates.shape[1]), -1)
+    candidates = torch.cat([candidates, new_rows])
+    candidates = candidates.masked_fill(candidates >= target_size, -1)
+    frequent = shortlist.frequent[shortlist.frequent < target_size]
+    return new_vocab_shortlist(config, candidates, frequent).to(shortlist.candidates.device)
+
+
 def check_table(table, name: str, ndim: int, rows: int | None, vocab_size: int, minimum: int) -> None:
     """A `ValueError` naming `name` unless `table` is an integer tensor of `ndim` dimensions (`rows` rows) with ids in
     [minimum, vocab_size)."""
@@ -148,4 +161,11 @@ def shortlist_logits(
     return full_logits
 
 
-__all__ = ["CandidateRows", "VocabShortlist", "new_vocab_shortlist", "shortlist_logits", "shortlist_requested"]
+__all__ = [
+    "CandidateRows",
+    "VocabShortlist",
+    "new_vocab_shortlist",
+    "resized_vocab_shortlist",
+    "shortlist_logits",
+    "shortlist_requested",
+]
