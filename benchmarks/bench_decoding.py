@@ -28,8 +28,12 @@ TARGET_CELL = ("opus-mt", 64, 1)
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["opus-mt", "small"], choices=common.BENCHMARK_SIZES)
-    parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
-                        help=f"presets, {common.MARIAN}, or preset{common.REFERENCE_SUFFIX} (fast paths off)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=DEFAULT_MODELS,
+        help=f"presets, {common.MARIAN}, or preset{common.REFERENCE_SUFFIX} (fast paths off)",
+    )
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 64])
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4])
     parser.add_argument("--source-length", type=int, default=25)
@@ -37,8 +41,11 @@ def parse_args(argv=None):
     parser.add_argument("--single-sentences", type=int, default=4, help="sentences per measurement at batch size 1")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--profile", action="store_true",
-                        help="profile one call per model in each opus-mt batch-64 greedy cell (top operators, GFLOPs)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile one call per model in each opus-mt batch-64 greedy cell (top operators, GFLOPs)",
+    )
     parser.add_argument("--output", default=os.path.join(common.RESULTS_DIR, "decoding.json"))
     parser.add_argument("--chart", default=None, help="PNG path (default: the output path with .png)")
     return parser.parse_args(argv)
@@ -88,7 +95,8 @@ def measure_cell(models: dict, size: str, batch_size: int, num_beams: int, args)
             paired = [ref / own for ref, own in zip(walls[reference], walls[name])]
             results[name][f"speedup_vs_{reference}"] = {
                 "ratio_of_medians": common.summary(walls[reference])["median"] / common.summary(walls[name])["median"],
-                "cpu_ratio_of_medians": common.summary(cpus[reference])["median"] / common.summary(cpus[name])["median"],
+                "cpu_ratio_of_medians": common.summary(cpus[reference])["median"]
+                / common.summary(cpus[name])["median"],
                 "paired": common.summary(paired),
             }
     cell = {"size": size, "batch_size": batch_size, "num_beams": num_beams, "sentences": sentences, "models": results}
@@ -123,15 +131,21 @@ def chart(data: dict, path: str) -> str | None:
     sizes = list(dict.fromkeys(cell["size"] for cell in data["cells"]))  # one row per size
     rows = [[cell for cell in data["cells"] if cell["size"] == size] for size in sizes]
     columns = max(len(row) for row in rows)
-    figure, axes = plt.subplots(len(rows), columns, figsize=(3.4 * columns + 1, 4.2 * len(rows)), squeeze=False,
-                                sharey=True)
+    figure, axes = plt.subplots(
+        len(rows), columns, figsize=(3.4 * columns + 1, 4.2 * len(rows)), squeeze=False, sharey=True
+    )
     for axis, cell in ((axes[r][c], cell) for r, row in enumerate(rows) for c, cell in enumerate(row)):
         names = [name for name in cell["models"] if "speedup_vs_base" in cell["models"][name]]
         medians = [cell["models"][name]["speedup_vs_base"]["ratio_of_medians"] for name in names]
         low = [m - cell["models"][n]["speedup_vs_base"]["paired"]["min"] for m, n in zip(medians, names)]
         high = [cell["models"][n]["speedup_vs_base"]["paired"]["max"] - m for m, n in zip(medians, names)]
-        axis.bar(range(len(names)), medians, yerr=[[max(0, v) for v in low], [max(0, v) for v in high]],
-                 color=["#999999" if n in ("base", common.MARIAN) else "#3b75af" for n in names], capsize=3)
+        axis.bar(
+            range(len(names)),
+            medians,
+            yerr=[[max(0, v) for v in low], [max(0, v) for v in high]],
+            color=["#999999" if n in ("base", common.MARIAN) else "#3b75af" for n in names],
+            capsize=3,
+        )
         axis.axhline(1.0, color="black", linewidth=0.8)
         axis.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
         beams = "greedy" if cell["num_beams"] == 1 else f"beam {cell['num_beams']}"

@@ -44,14 +44,25 @@ import common
 
 PRESETS = ["base", "hc-sa", "sh-x", "ran-all", "hard-dec"]
 OURS = [
-    "eager", "compile", "onnx", "onnx-int8", "int8", "shortlist", "int8+shortlist", "onnx+shortlist",
+    "eager",
+    "compile",
+    "onnx",
+    "onnx-int8",
+    "int8",
+    "shortlist",
+    "int8+shortlist",
+    "onnx+shortlist",
     "onnx-int8+shortlist",
 ]
-REFERENCES = [
-    common.MARIAN, "ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-fp32+vmap", "ctranslate2-int8+vmap"
-]
-SHORTLIST_ENGINES = {"shortlist", "int8+shortlist", "onnx+shortlist", "onnx-int8+shortlist", "ctranslate2-fp32+vmap",
-                     "ctranslate2-int8+vmap"}
+REFERENCES = [common.MARIAN, "ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-fp32+vmap", "ctranslate2-int8+vmap"]
+SHORTLIST_ENGINES = {
+    "shortlist",
+    "int8+shortlist",
+    "onnx+shortlist",
+    "onnx-int8+shortlist",
+    "ctranslate2-fp32+vmap",
+    "ctranslate2-int8+vmap",
+}
 FP32_ENGINES = ("eager", "compile", "onnx", "shortlist", "onnx+shortlist")
 INT8_ENGINES = ("int8", "onnx-int8", "int8+shortlist", "onnx-int8+shortlist")
 # The papers' decoding speed-ups over `base`; our fastest path must reach them (the issue's targets).
@@ -68,8 +79,12 @@ def parse_args(argv=None):
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4])
     parser.add_argument("--source-length", type=int, default=20)
     parser.add_argument("--new-tokens", type=int, default=20)
-    parser.add_argument("--length-control", default="no-eos", choices=common.LENGTH_CONTROLS,
-                        help="how transformers-style engines decode exactly --new-tokens (common.exact_length)")
+    parser.add_argument(
+        "--length-control",
+        default="no-eos",
+        choices=common.LENGTH_CONTROLS,
+        help="how transformers-style engines decode exactly --new-tokens (common.exact_length)",
+    )
     parser.add_argument("--single-sentences", type=int, default=2, help="sentences per measurement at batch size 1")
     parser.add_argument("--shortlist-top-k", type=int, default=50)
     parser.add_argument("--shortlist-frequent", type=int, default=100)
@@ -102,8 +117,14 @@ def synthetic_shortlist(config, top_k: int, frequent: int, pool: int) -> tuple[t
 def pytorch_engine(model, length_control: str, **options):
     def decode(batch: torch.Tensor, num_beams: int, new_tokens: int) -> torch.Tensor:
         with torch.inference_mode():
-            return model.generate(input_ids=batch, attention_mask=torch.ones_like(batch), num_beams=num_beams,
-                                  do_sample=False, **common.exact_length(new_tokens, length_control), **options)
+            return model.generate(
+                input_ids=batch,
+                attention_mask=torch.ones_like(batch),
+                num_beams=num_beams,
+                do_sample=False,
+                **common.exact_length(new_tokens, length_control),
+                **options,
+            )
 
     return decode
 
@@ -138,8 +159,13 @@ def ctranslate2_engine(folder: str, threads: int, use_vmap: bool = False):
 
     def decode(batch: torch.Tensor, num_beams: int, new_tokens: int) -> list[list[str]]:
         tokens = [[f"t{index}" if index > 1 else "</s>" for index in row] for row in batch.tolist()]
-        results = translator.translate_batch(tokens, beam_size=num_beams, min_decoding_length=new_tokens,
-                                             max_decoding_length=new_tokens, use_vmap=use_vmap)
+        results = translator.translate_batch(
+            tokens,
+            beam_size=num_beams,
+            min_decoding_length=new_tokens,
+            max_decoding_length=new_tokens,
+            use_vmap=use_vmap,
+        )
         return [result.hypotheses[0] for result in results]
 
     return decode
@@ -272,7 +298,9 @@ def check_targets(cells: list[dict], presets: list[str]) -> list[dict]:
     for cell in cells:
         if (cell["batch_size"], cell["num_beams"]) not in TARGET_CELLS:
             continue
-        where = f"batch {cell['batch_size']}, {'greedy' if cell['num_beams'] == 1 else 'beam ' + str(cell['num_beams'])}"
+        where = (
+            f"batch {cell['batch_size']}, {'greedy' if cell['num_beams'] == 1 else 'beam ' + str(cell['num_beams'])}"
+        )
         for kinds, reference in ((FP32_ENGINES, "ctranslate2-fp32"), (INT8_ENGINES, "ctranslate2-int8")):
             name, value = fastest(cell, "sh-x", kinds)
             references = [reference] + ([f"{reference}+vmap"] if name and name.endswith("shortlist") else [])
@@ -297,8 +325,10 @@ def check(label: str, measured: float, target: float) -> dict:
 
 def table(cells: list[dict], engines: list[str]) -> list[str]:
     """Markdown: one row per engine, sentences/s per cell, and the ratio to CTranslate2 fp32 where measured."""
-    header = [f"b{cell['batch_size']} {'greedy' if cell['num_beams'] == 1 else 'beam' + str(cell['num_beams'])}"
-              for cell in cells]
+    header = [
+        f"b{cell['batch_size']} {'greedy' if cell['num_beams'] == 1 else 'beam' + str(cell['num_beams'])}"
+        for cell in cells
+    ]
     lines = ["| engine | " + " | ".join(header) + " |", "|---" * (len(cells) + 1) + "|"]
     for name in engines:
         values = []

@@ -35,8 +35,11 @@ RUNS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoints", nargs="+",
-                        default=[os.path.join(RUNS, name) for name in ("base--lr0.001--seed1", "hc-sa--lr0.001--seed1")])
+    parser.add_argument(
+        "--checkpoints",
+        nargs="+",
+        default=[os.path.join(RUNS, name) for name in ("base--lr0.001--seed1", "hc-sa--lr0.001--seed1")],
+    )
     parser.add_argument("--sentences", type=int, default=None, help="the first N test sentences (default: all)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beams", type=int, default=4)
@@ -72,8 +75,10 @@ def onnx_engines(path: str, workdir: str, threads: int) -> dict:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as OnnxSeq2SeqModel's default
-    return {f"onnx-{kind}": generate_engine(OnnxSeq2SeqModel(folder, session_options=options), tokenizer)
-            for kind, folder in (("fp32", fp32_dir), ("int8", int8_dir))}
+    return {
+        f"onnx-{kind}": generate_engine(OnnxSeq2SeqModel(folder, session_options=options), tokenizer)
+        for kind, folder in (("fp32", fp32_dir), ("int8", int8_dir))
+    }
 
 
 def ctranslate2_engine(translator):
@@ -90,8 +95,10 @@ def build_engines(path: str, workdir: str, threads: int) -> dict:
 
     model = SimpleAttnMarianMTModel.from_pretrained(path).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
-    engines = {FP32: generate_engine(model, tokenizer), "pytorch-int8": generate_engine(quantize_dynamic_int8(model),
-                                                                                       tokenizer)}
+    engines = {
+        FP32: generate_engine(model, tokenizer),
+        "pytorch-int8": generate_engine(quantize_dynamic_int8(model), tokenizer),
+    }
     engines |= onnx_engines(path, workdir, threads)
     try:
         check_base_layout(model.config, path)
@@ -109,8 +116,11 @@ def translate_all(engine, sources: list[str], batch_size: int, num_beams: int):
     """A function that translates `sources` with `engine`, batch after batch."""
 
     def translate() -> list[str]:
-        return [text for first in range(0, len(sources), batch_size)
-                for text in engine(sources[first : first + batch_size], num_beams)]
+        return [
+            text
+            for first in range(0, len(sources), batch_size)
+            for text in engine(sources[first : first + batch_size], num_beams)
+        ]
 
     return translate
 
@@ -124,11 +134,15 @@ def measure_checkpoint(path: str, sources: list[str], references: list[str], arg
             engine(sources[: args.batch_size], 1)  # warm-up
         walls, cpus, greedy = common.interleaved(
             {engine: translate_all(engines[engine], sources, args.batch_size, 1) for engine in names},
-            args.repeats, f"{name} greedy", len(sources),
+            args.repeats,
+            f"{name} greedy",
+            len(sources),
         )
         beam_walls, _, beam = common.interleaved(
             {engine: translate_all(engines[engine], sources, args.batch_size, args.beams) for engine in names},
-            1, f"{name} beam {args.beams}", len(sources),
+            1,
+            f"{name} beam {args.beams}",
+            len(sources),
         )
     results = {}
     for engine in names:
@@ -138,8 +152,10 @@ def measure_checkpoint(path: str, sources: list[str], references: list[str], arg
                 "sentences_per_second": common.summary([len(sources) / wall for wall in walls[engine]]),
                 "sentences_per_cpu_second": common.summary([len(sources) / cpu for cpu in cpus[engine]]),
             },
-            "beam": {**common.translation_scores(beam[engine], references, beam[FP32]),
-                     "sentences_per_second": len(sources) / beam_walls[engine][0]},
+            "beam": {
+                **common.translation_scores(beam[engine], references, beam[FP32]),
+                "sentences_per_second": len(sources) / beam_walls[engine][0],
+            },
         }
     reference = results[FP32]["greedy"]
     for engine in names:
@@ -163,14 +179,23 @@ def int8_checks(checkpoints: list[dict]) -> list[dict]:
             if engine.endswith("int8"):
                 fp32 = engines[engine.replace("int8", "fp32")]["beam"]["bleu"]
                 loss = fp32 - engines[engine]["beam"]["bleu"]
-                checks.append({"check": f"{checkpoint['name']} {engine}", "bleu_lost": loss,
-                               "target": MAX_BLEU_LOSS, "reached": loss <= MAX_BLEU_LOSS})
+                checks.append(
+                    {
+                        "check": f"{checkpoint['name']} {engine}",
+                        "bleu_lost": loss,
+                        "target": MAX_BLEU_LOSS,
+                        "reached": loss <= MAX_BLEU_LOSS,
+                    }
+                )
     return checks
 
 
 def table(checkpoints: list[dict], beams: int) -> list[str]:
-    lines = [f"| checkpoint | engine | BLEU beam {beams} | Δ | identical | BLEU greedy | Δ | identical | "
-             "greedy sent/s | × | × CPU |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| checkpoint | engine | BLEU beam {beams} | Δ | identical | BLEU greedy | Δ | identical | "
+        "greedy sent/s | × | × CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for checkpoint in checkpoints:
         for engine, entry in checkpoint["engines"].items():
             beam, greedy, ratio = entry["beam"], entry["greedy"], entry["vs_pytorch_fp32"]
@@ -197,11 +222,15 @@ def main(argv=None):
     data["checkpoints"] = [measure_checkpoint(path, sources, references, args) for path in args.checkpoints]
     data["checks"] = int8_checks(data["checkpoints"])
     print("\n".join(table(data["checkpoints"], args.beams)))
-    print("(Δ: BLEU against the checkpoint's pytorch-fp32; identical: share of sentences equal to its output; "
-          "×: greedy speed ratio to it, medians of wall time and of process CPU time)")
+    print(
+        "(Δ: BLEU against the checkpoint's pytorch-fp32; identical: share of sentences equal to its output; "
+        "×: greedy speed ratio to it, medians of wall time and of process CPU time)"
+    )
     for check in data["checks"]:
-        print(f"{check['check']}: {check['bleu_lost']:.2f} BLEU lost (goal <= {check['target']}) "
-              f"{'ok' if check['reached'] else 'MISSED'}")
+        print(
+            f"{check['check']}: {check['bleu_lost']:.2f} BLEU lost (goal <= {check['target']}) "
+            f"{'ok' if check['reached'] else 'MISSED'}"
+        )
     common.write_json(args.output, data)
     return data
 

@@ -26,13 +26,25 @@ DEFAULT_MODELS = [common.BERT, "base", "hc-sa", "hc-sa-conv", "hc-sa-conv:refere
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="opus-mt", choices=common.BENCHMARK_SIZES,
-                        help="encoder size: d_model, layers and heads of the seq2seq size of that name")
-    parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
-                        help=f"encoder presets, {common.BERT}, or preset{common.REFERENCE_SUFFIX} (fast paths off)")
+    parser.add_argument(
+        "--size",
+        default="opus-mt",
+        choices=common.BENCHMARK_SIZES,
+        help="encoder size: d_model, layers and heads of the seq2seq size of that name",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=DEFAULT_MODELS,
+        help=f"encoder presets, {common.BERT}, or preset{common.REFERENCE_SUFFIX} (fast paths off)",
+    )
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 256, 512, 1024, 2048, 4096])
-    parser.add_argument("--reference-max-length", type=int, default=2048,
-                        help="longest input for `:reference` models (their n×n tables grow quadratically)")
+    parser.add_argument(
+        "--reference-max-length",
+        type=int,
+        default=2048,
+        help="longest input for `:reference` models (their n×n tables grow quadratically)",
+    )
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--slope-from", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
@@ -88,12 +100,17 @@ def main(argv=None):
     for name in names:
         entry = results[name]
         upper = [i for i, n in enumerate(entry["lengths"]) if n >= args.slope_from]
-        entry["time_exponent"] = log_slope([entry["lengths"][i] for i in upper],
-                                           [entry["seconds"][i]["median"] for i in upper])
-        entry["memory_exponent"] = log_slope([entry["lengths"][i] for i in upper],
-                                             [entry["peak_bytes"][i] for i in upper])
-        print(f"{name}: time ~ n^{entry['time_exponent']:.2f}, memory ~ n^{entry['memory_exponent']:.2f}"
-              if entry["time_exponent"] is not None else f"{name}: too few lengths for an exponent")
+        entry["time_exponent"] = log_slope(
+            [entry["lengths"][i] for i in upper], [entry["seconds"][i]["median"] for i in upper]
+        )
+        entry["memory_exponent"] = log_slope(
+            [entry["lengths"][i] for i in upper], [entry["peak_bytes"][i] for i in upper]
+        )
+        print(
+            f"{name}: time ~ n^{entry['time_exponent']:.2f}, memory ~ n^{entry['memory_exponent']:.2f}"
+            if entry["time_exponent"] is not None
+            else f"{name}: too few lengths for an exponent"
+        )
     data = {
         **common.result_header("length_scaling", args),
         "memory_method": common.peak_tensor_bytes.__doc__.strip(),
@@ -113,12 +130,32 @@ def chart(data: dict, path: str) -> str | None:
         medians = [s["median"] for s in entry["seconds"]]
         low = [m - s["min"] for m, s in zip(medians, entry["seconds"])]
         high = [s["max"] - m for m, s in zip(medians, entry["seconds"])]
-        time_axis.errorbar(entry["lengths"], medians, yerr=[low, high], label=name, linestyle=style, marker="o",
-                           markersize=3, capsize=2)
-        per_token_axis.plot(entry["lengths"], [1e3 * m / n for m, n in zip(medians, entry["lengths"])], label=name,
-                            linestyle=style, marker="o", markersize=3)
-        memory_axis.plot(entry["lengths"], [b / 2**20 for b in entry["peak_bytes"]], label=name, linestyle=style,
-                         marker="o", markersize=3)
+        time_axis.errorbar(
+            entry["lengths"],
+            medians,
+            yerr=[low, high],
+            label=name,
+            linestyle=style,
+            marker="o",
+            markersize=3,
+            capsize=2,
+        )
+        per_token_axis.plot(
+            entry["lengths"],
+            [1e3 * m / n for m, n in zip(medians, entry["lengths"])],
+            label=name,
+            linestyle=style,
+            marker="o",
+            markersize=3,
+        )
+        memory_axis.plot(
+            entry["lengths"],
+            [b / 2**20 for b in entry["peak_bytes"]],
+            label=name,
+            linestyle=style,
+            marker="o",
+            markersize=3,
+        )
     for axis, label in (
         (time_axis, "forward time (s, median; bars min-max)"),
         (per_token_axis, "ms per token (flat = linear in length)"),
@@ -131,8 +168,11 @@ def chart(data: dict, path: str) -> str | None:
         axis.grid(True, which="both", alpha=0.3)
     time_axis.legend(fontsize=8)
     settings, environment = data["settings"], data["environment"]
-    figure.suptitle(f"Encoder forward ({settings['size']} size, batch {settings['batch_size']}), CPU, "
-                    f"{environment['torch_threads']} thread(s)", fontsize=10)
+    figure.suptitle(
+        f"Encoder forward ({settings['size']} size, batch {settings['batch_size']}), CPU, "
+        f"{environment['torch_threads']} thread(s)",
+        fontsize=10,
+    )
     return common.save_chart(plt, figure, path)
 
 

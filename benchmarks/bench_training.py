@@ -40,18 +40,35 @@ TARGET_VS_MARIAN = 1.5
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["opus-mt", "small"], choices=common.BENCHMARK_SIZES)
-    parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
-                        help=f"presets, {common.MARIAN}, or preset{common.REFERENCE_SUFFIX} (fast paths off)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=DEFAULT_MODELS,
+        help=f"presets, {common.MARIAN}, or preset{common.REFERENCE_SUFFIX} (fast paths off)",
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per timed step")
     parser.add_argument("--source-length", type=int, default=32)
     parser.add_argument("--target-length", type=int, default=32)
-    parser.add_argument("--memory-batch-sizes", nargs="+", type=int, default=[16, 32, 48],
-                        help="batch sizes of the memory fit: large enough that activations, not gradients, set the peak")
-    parser.add_argument("--memory-budget-gib", type=float, default=11.0,
-                        help="memory for the tokens-per-batch figure (default: the 11 GiB of the RTX 2080 Ti "
-                             "the hard-coded attention paper used)")
-    parser.add_argument("--loss-chunk-size", type=int, default=None,
-                        help="config.loss_chunk_size of our models (default: the config's; 0: full logits)")
+    parser.add_argument(
+        "--memory-batch-sizes",
+        nargs="+",
+        type=int,
+        default=[16, 32, 48],
+        help="batch sizes of the memory fit: large enough that activations, not gradients, set the peak",
+    )
+    parser.add_argument(
+        "--memory-budget-gib",
+        type=float,
+        default=11.0,
+        help="memory for the tokens-per-batch figure (default: the 11 GiB of the RTX 2080 Ti "
+        "the hard-coded attention paper used)",
+    )
+    parser.add_argument(
+        "--loss-chunk-size",
+        type=int,
+        default=None,
+        help="config.loss_chunk_size of our models (default: the config's; 0: full logits)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=os.path.join(common.RESULTS_DIR, "training.json"))
@@ -212,13 +229,25 @@ def check_targets(sizes: list[dict]) -> list[dict]:
         for name, target in TARGETS.items():
             if name in entry["models"] and "vs_base" in entry["models"][name]:
                 measured = entry["models"][name]["vs_base"]["tokens_per_batch_ratio"]
-                checks.append({"check": f"{name} tokens per batch vs base", "target": target, "measured": measured,
-                               "reached": measured >= target})
+                checks.append(
+                    {
+                        "check": f"{name} tokens per batch vs base",
+                        "target": target,
+                        "measured": measured,
+                        "reached": measured >= target,
+                    }
+                )
         for name, model in entry["models"].items():
             if name != common.MARIAN and f"vs_{common.MARIAN}" in model:
                 measured = model[f"vs_{common.MARIAN}"]["tokens_per_batch_ratio"]
-                checks.append({"check": f"{name} tokens per batch vs {common.MARIAN}", "target": TARGET_VS_MARIAN,
-                               "measured": measured, "reached": measured >= TARGET_VS_MARIAN})
+                checks.append(
+                    {
+                        "check": f"{name} tokens per batch vs {common.MARIAN}",
+                        "target": TARGET_VS_MARIAN,
+                        "measured": measured,
+                        "reached": measured >= TARGET_VS_MARIAN,
+                    }
+                )
     return checks
 
 
@@ -233,7 +262,10 @@ def chart(data: dict, path: str) -> str | None:
         colours = ["#999999" if n in ("base", common.MARIAN) else "#3b75af" for n in names]
         speed = [entry["models"][n]["vs_base"]["speed_ratio_of_medians"] for n in names]
         paired = [entry["models"][n]["vs_base"]["speed_paired"] for n in names]
-        errors = [[max(0, s - p["min"]) for s, p in zip(speed, paired)], [max(0, p["max"] - s) for s, p in zip(speed, paired)]]
+        errors = [
+            [max(0, s - p["min"]) for s, p in zip(speed, paired)],
+            [max(0, p["max"] - s) for s, p in zip(speed, paired)],
+        ]
         memory = [entry["models"][n]["vs_base"]["tokens_per_batch_ratio"] for n in names]
         for row, (values, label) in enumerate(
             [(speed, "training tokens/s vs base"), (memory, "max tokens per batch vs base")]

@@ -144,8 +144,11 @@ def interleaved(calls: dict, repeats: int, label: str, sentences: int) -> tuple[
             outputs[name] = calls[name]()
             walls[name].append(time.perf_counter() - wall)
             cpus[name].append(time.process_time() - cpu)
-        progress(f"{label} repeat {repeat + 1}: "
-                 + ", ".join(f"{name} {sentences / walls[name][-1]:.2f}" for name in calls) + " sent/s")
+        progress(
+            f"{label} repeat {repeat + 1}: "
+            + ", ".join(f"{name} {sentences / walls[name][-1]:.2f}" for name in calls)
+            + " sent/s"
+        )
     return walls, cpus, outputs
 
 
@@ -204,7 +207,9 @@ def result_header(benchmark: str, args) -> dict:
 def write_results(data: dict, args, chart) -> None:
     """Print the target checks, draw `chart(data, path)` next to the JSON (or at `--chart`), write the JSON."""
     for check in data.get("targets", []):
-        print(f"{check['check']}: {check['measured']:.3f}x (target {check['target']}x) {'ok' if check['reached'] else 'MISSED'}")
+        print(
+            f"{check['check']}: {check['measured']:.3f}x (target {check['target']}x) {'ok' if check['reached'] else 'MISSED'}"
+        )
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     data["chart"] = chart(data, args.chart or os.path.splitext(args.output)[0] + ".png")
     write_json(args.output, data)

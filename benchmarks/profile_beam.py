@@ -49,16 +49,34 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="opus-mt", choices=common.BENCHMARK_SIZES)
     parser.add_argument("--presets", nargs="+", default=["sh-x"])
-    parser.add_argument("--engines", nargs="+", default=["ctranslate2-fp32", "onnx", "shortlist"],
-                        choices=["ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-int8+vmap", "eager", "onnx",
-                                 "onnx-int8", "int8", "shortlist", "onnx+shortlist", "onnx-int8+shortlist"])
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=["ctranslate2-fp32", "onnx", "shortlist"],
+        choices=[
+            "ctranslate2-fp32",
+            "ctranslate2-int8",
+            "ctranslate2-int8+vmap",
+            "eager",
+            "onnx",
+            "onnx-int8",
+            "int8",
+            "shortlist",
+            "onnx+shortlist",
+            "onnx-int8+shortlist",
+        ],
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--source-length", type=int, default=20)
     parser.add_argument("--new-tokens", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--length-control", default="no-eos", choices=common.LENGTH_CONTROLS,
-                        help="how transformers-style engines decode exactly --new-tokens (common.exact_length)")
+    parser.add_argument(
+        "--length-control",
+        default="no-eos",
+        choices=common.LENGTH_CONTROLS,
+        help="how transformers-style engines decode exactly --new-tokens (common.exact_length)",
+    )
     parser.add_argument("--output", default=None, help="JSON file (default: results/profile_beam.json)")
     return parser.parse_args(argv)
 
@@ -93,8 +111,18 @@ def profile_engine(decode, batch: torch.Tensor, args) -> dict:
 
 def build(args, workdir: str) -> dict:
     deployment_args = bench_deployment.parse_args(
-        ["--size", args.size, "--presets", *args.presets, "--threads", str(args.threads),
-         "--length-control", args.length_control, "--engines", *args.engines]
+        [
+            "--size",
+            args.size,
+            "--presets",
+            *args.presets,
+            "--threads",
+            str(args.threads),
+            "--length-control",
+            args.length_control,
+            "--engines",
+            *args.engines,
+        ]
     )
     return bench_deployment.build_engines(deployment_args, workdir)
 
@@ -114,8 +142,10 @@ def main(argv=None):
     data = common.result_header("profile_beam", args) | {"engines": results}
     common.write_json(args.output or f"{common.RESULTS_DIR}/profile_beam.json", data)
     for name, result in results.items():
-        print(f"\n{name}: {result['sentences_per_second']:.2f} sentences/s ({result['seconds']:.2f} s a call; "
-              f"{result['profiled_seconds']:.2f} s profiled)")
+        print(
+            f"\n{name}: {result['sentences_per_second']:.2f} sentences/s ({result['seconds']:.2f} s a call; "
+            f"{result['profiled_seconds']:.2f} s profiled)"
+        )
         for label, part in result["sections"].items():
             print(f"  {label:<40} {part['share']:6.1%}")
     return data

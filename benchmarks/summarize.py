@@ -19,8 +19,12 @@ def decoding(data: dict) -> list[str]:
     lines = []
     for cell in data["cells"]:
         beams = "greedy" if cell["num_beams"] == 1 else f"beam {cell['num_beams']}"
-        lines += [f"**{cell['size']}, batch {cell['batch_size']}, {beams}**", "",
-                  "| model | sentences/s (median, min-max) | vs base | vs MarianMTModel |", "|---|---|---|---|"]
+        lines += [
+            f"**{cell['size']}, batch {cell['batch_size']}, {beams}**",
+            "",
+            "| model | sentences/s (median, min-max) | vs base | vs MarianMTModel |",
+            "|---|---|---|---|",
+        ]
         for name, entry in cell["models"].items():
             speed = entry["sentences_per_second"]
             lines.append(
@@ -33,8 +37,11 @@ def decoding(data: dict) -> list[str]:
     return lines
 
 
-SHORT_NAMES = {"aten::_scaled_dot_product_flash_attention_for_cpu": "sdpa", "aten::mm": "mm (output projection)",
-               "aten::addmm": "addmm (linear layers)"}
+SHORT_NAMES = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "sdpa",
+    "aten::mm": "mm (output projection)",
+    "aten::addmm": "addmm (linear layers)",
+}
 
 
 def profile_table(profiles: dict) -> list[str]:
@@ -42,11 +49,15 @@ def profile_table(profiles: dict) -> list[str]:
     SDPA's; the ratio to base bounds a compute-bound speed-up) and the operators with the largest
     share of CPU time."""
     base_gflops = profiles["base"]["total_gflops"] if "base" in profiles else None
-    lines = ["| model | GFLOPs | base GFLOPs / model GFLOPs | top operators (share of CPU time) |", "|---|---|---|---|"]
+    lines = [
+        "| model | GFLOPs | base GFLOPs / model GFLOPs | top operators (share of CPU time) |",
+        "|---|---|---|---|",
+    ]
     for name, profile in profiles.items():
         bound = f"{base_gflops / profile['total_gflops']:.2f}×" if base_gflops else "-"
         operators = ", ".join(
-            f"{SHORT_NAMES.get(op['operator'], op['operator'].removeprefix('aten::'))} {100 * op['share']:.0f}%" for op in profile["top_operators"][:6]
+            f"{SHORT_NAMES.get(op['operator'], op['operator'].removeprefix('aten::'))} {100 * op['share']:.0f}%"
+            for op in profile["top_operators"][:6]
         )
         lines.append(f"| {name} | {profile['total_gflops']:.1f} | {bound} | {operators} |")
     return lines + [""]
@@ -56,9 +67,13 @@ def training(data: dict) -> list[str]:
     budget = data["settings"]["memory_budget_gib"]
     lines = []
     for entry in data["sizes"]:
-        lines += [f"**{entry['size']}**", "",
-                  f"| model | parameters | tokens/s (median, min-max) | vs base | KiB per token | max tokens per batch "
-                  f"in {budget} GiB | vs base | vs MarianMTModel |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"**{entry['size']}**",
+            "",
+            f"| model | parameters | tokens/s (median, min-max) | vs base | KiB per token | max tokens per batch "
+            f"in {budget} GiB | vs base | vs MarianMTModel |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for name, model in entry["models"].items():
             speed, memory = model["tokens_per_second"], model["memory"]
             vs_marian = model.get("vs_MarianMTModel")
@@ -74,8 +89,10 @@ def training(data: dict) -> list[str]:
 
 def length_scaling(data: dict) -> list[str]:
     lengths = sorted({n for entry in data["models"].values() for n in entry["lengths"]})
-    lines = ["| model | " + " | ".join(str(n) for n in lengths) + " | time ~ n^k | memory ~ n^k |",
-             "|---|" + "---|" * (len(lengths) + 2)]
+    lines = [
+        "| model | " + " | ".join(str(n) for n in lengths) + " | time ~ n^k | memory ~ n^k |",
+        "|---|" + "---|" * (len(lengths) + 2),
+    ]
     for name, entry in data["models"].items():
         cells = []
         for n in lengths:
@@ -84,7 +101,9 @@ def length_scaling(data: dict) -> list[str]:
                 cells.append(f"{entry['seconds'][i]['median']:.2f} s / {entry['peak_bytes'][i] / 2**20:.0f} MiB")
             else:
                 cells.append("-")
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {entry['time_exponent']:.2f} | {entry['memory_exponent']:.2f} |")
+        lines.append(
+            f"| {name} | " + " | ".join(cells) + f" | {entry['time_exponent']:.2f} | {entry['memory_exponent']:.2f} |"
+        )
     return lines + [""]
 
 
@@ -100,12 +119,18 @@ def main(argv=None):
     for path in args.files:
         with open(path) as handle:
             data = json.load(handle)
-        tables = {"decoding": decoding, "training": training, "length_scaling": length_scaling,
-                  "deployment": deployment}[data["benchmark"]]
+        tables = {
+            "decoding": decoding,
+            "training": training,
+            "length_scaling": length_scaling,
+            "deployment": deployment,
+        }[data["benchmark"]]
         print("\n".join(tables(data)))
         for check in data.get("targets", []):
-            print(f"- {check['check']}: {check['measured']:.3f}× (target {check['target']}×)"
-                  f"{'' if check['reached'] else ' — not reached'}")
+            print(
+                f"- {check['check']}: {check['measured']:.3f}× (target {check['target']}×)"
+                f"{'' if check['reached'] else ' — not reached'}"
+            )
         print()
 
 

@@ -36,7 +36,9 @@ AutoModelForSeq2SeqLM.register(SimpleAttnMarianConfig, SimpleAttnMarianMTModel, 
 AutoConfig.register(SimpleAttnBertConfig.model_type, SimpleAttnBertConfig, exist_ok=True)
 AutoModel.register(SimpleAttnBertConfig, SimpleAttnBertModel, exist_ok=True)
 AutoModelForMaskedLM.register(SimpleAttnBertConfig, SimpleAttnBertForMaskedLM, exist_ok=True)
-AutoModelForSequenceClassification.register(SimpleAttnBertConfig, SimpleAttnBertForSequenceClassification, exist_ok=True)
+AutoModelForSequenceClassification.register(
+    SimpleAttnBertConfig, SimpleAttnBertForSequenceClassification, exist_ok=True
+)
 AutoModelForTokenClassification.register(SimpleAttnBertConfig, SimpleAttnBertForTokenClassification, exist_ok=True)
 
 # save_pretrained writes `auto_map` and copies the modeling code for trust_remote_code loads.

@@ -10,7 +10,9 @@ def shortest_period(values: list) -> list:
 
 def describe_option(key: str, value) -> str:
     if isinstance(value, list):
-        value = ",".join(f"{v:+d}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in shortest_period(value))
+        value = ",".join(
+            f"{v:+d}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in shortest_period(value)
+        )
     return f"{key} {value}"
 
 

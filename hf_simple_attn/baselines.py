@@ -17,8 +17,9 @@ class Apertium:
 
     def pair(self, source_lang: str, target_lang: str) -> str:
         if source_lang not in APERTIUM_LANGUAGES or target_lang not in APERTIUM_LANGUAGES:
-            raise ValueError(f"apertium: no language code for {source_lang!r}/{target_lang!r}; known: "
-                             f"{sorted(APERTIUM_LANGUAGES)}")
+            raise ValueError(
+                f"apertium: no language code for {source_lang!r}/{target_lang!r}; known: {sorted(APERTIUM_LANGUAGES)}"
+            )
         return f"{APERTIUM_LANGUAGES[source_lang]}-{APERTIUM_LANGUAGES[target_lang]}"
 
     def available(self, source_lang: str, target_lang: str) -> bool:
@@ -34,7 +35,9 @@ class Apertium:
     def describe(self) -> str:
         shown = subprocess.run(
             ["dpkg-query", "-W", "-f", "${db:Status-Status} ${Package}=${Version}\n", "apertium*"],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         installed = [line.split(" ", 1)[1] for line in shown.stdout.splitlines() if line.startswith("installed ")]
         return " ".join(installed) or "apertium"
@@ -43,7 +46,10 @@ class Apertium:
         lines = [" ".join(text.split()) for text in sources]  # one sentence per line, whatever its own breaks
         completed = subprocess.run(
             ["apertium", "-u", self.pair(source_lang, target_lang)],
-            input="\n".join(lines) + "\n", capture_output=True, text=True, check=True,
+            input="\n".join(lines) + "\n",
+            capture_output=True,
+            text=True,
+            check=True,
         )
         output = completed.stdout[:-1] if completed.stdout.endswith("\n") else completed.stdout
         translations = output.split("\n")

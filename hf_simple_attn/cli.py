@@ -1,13 +1,13 @@
 """`hf-simple-attn`: browse the preset catalogue, inspect layouts and analyse trained checkpoints.
 
-    hf-simple-attn presets                    # every named configuration, with its source
-    hf-simple-attn describe sh-x --size opus-mt   # layout table and parameter count
-    hf-simple-attn describe band6                 # an encoder (BERT) preset, at bert-base size
-    hf-simple-attn analyze runs/hc-sa --test_file test.jsonl   # attention entropy, locality, ... (analysis.json, PNGs)
-    hf-simple-attn export runs/hc-sa runs/hc-sa-onnx --format onnx  # any layout: ONNX encoder + decoder-with-past
-    hf-simple-attn export runs/hc-sa runs/hc-sa-onnx-int8 --format onnx --quantization int8
-    hf-simple-attn export runs/base runs/base-ct2 --format ctranslate2 --quantization int8   # the base layout only
-    hf-simple-attn shortlist runs/hc-sa --dataset_name embedded --top_k 50 --frequent 100  # vocabulary shortlist
+hf-simple-attn presets                    # every named configuration, with its source
+hf-simple-attn describe sh-x --size opus-mt   # layout table and parameter count
+hf-simple-attn describe band6                 # an encoder (BERT) preset, at bert-base size
+hf-simple-attn analyze runs/hc-sa --test_file test.jsonl   # attention entropy, locality, ... (analysis.json, PNGs)
+hf-simple-attn export runs/hc-sa runs/hc-sa-onnx --format onnx  # any layout: ONNX encoder + decoder-with-past
+hf-simple-attn export runs/hc-sa runs/hc-sa-onnx-int8 --format onnx --quantization int8
+hf-simple-attn export runs/base runs/base-ct2 --format ctranslate2 --quantization int8   # the base layout only
+hf-simple-attn shortlist runs/hc-sa --dataset_name embedded --top_k 50 --frequent 100  # vocabulary shortlist
 """
 
 import argparse
@@ -63,7 +63,12 @@ def analyze(args: argparse.Namespace) -> None:
 
     output_dir = args.output_dir or f"{args.run_dir}/analysis"
     analysis = analyze_checkpoint(
-        args.run_dir, args.test_file, output_dir, args.max_sentences, args.base_run_dir, args.source_lang,
+        args.run_dir,
+        args.test_file,
+        output_dir,
+        args.max_sentences,
+        args.base_run_dir,
+        args.source_lang,
         args.target_lang,
     )
     plots = ", ".join(analysis["plots"])
@@ -156,11 +161,15 @@ def main(argv=None) -> None:
     show = commands.add_parser("describe", help="layout table and parameter count of a preset")
     show.add_argument("preset", choices=list(dict.fromkeys(name for kind in PRESETS.values() for name in kind)))
     show.add_argument(
-        "--model_kind", choices=sorted(PRESETS), default=None,
+        "--model_kind",
+        choices=sorted(PRESETS),
+        default=None,
         help="for a preset of both kinds (default: seq2seq if it has the preset, else encoder)",
     )
     show.add_argument(
-        "--size", choices=sorted({name for sizes in KIND_SIZES.values() for name in sizes}), default=None,
+        "--size",
+        choices=sorted({name for sizes in KIND_SIZES.values() for name in sizes}),
+        default=None,
         help="seq2seq: opus-mt (default), small; encoder: bert-base (default), small",
     )
     checkpoint = commands.add_parser(
@@ -185,8 +194,12 @@ def main(argv=None) -> None:
     )
     deploy.add_argument("out_dir")
     deploy.add_argument("--format", choices=["onnx", "ctranslate2"], required=True)
-    deploy.add_argument("--quantization", choices=["int8"], default=None,
-                        help="int8 weights (CTranslate2's; for onnx, ONNX Runtime's dynamic quantisation)")
+    deploy.add_argument(
+        "--quantization",
+        choices=["int8"],
+        default=None,
+        help="int8 weights (CTranslate2's; for onnx, ONNX Runtime's dynamic quantisation)",
+    )
     lexical = commands.add_parser(
         "shortlist", help="build a vocabulary shortlist from the training data and add it to a checkpoint"
     )

@@ -46,10 +46,26 @@ from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
 # The MarianConfig fields a SimpleAttnMarianConfig carries with the same meaning: sizes (heads, layers, feed-forward,
 # vocabulary, positions of the sinusoidal table), activation, embedding scale and sharing, special token ids.
 MARIAN_FIELDS = (
-    "vocab_size", "decoder_vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers",
-    "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "activation_function",
-    "scale_embedding", "share_encoder_decoder_embeddings", "tie_word_embeddings", "pad_token_id", "eos_token_id",
-    "bos_token_id", "decoder_start_token_id", "forced_eos_token_id", "init_std",
+    "vocab_size",
+    "decoder_vocab_size",
+    "max_position_embeddings",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "activation_function",
+    "scale_embedding",
+    "share_encoder_decoder_embeddings",
+    "tie_word_embeddings",
+    "pad_token_id",
+    "eos_token_id",
+    "bos_token_id",
+    "decoder_start_token_id",
+    "forced_eos_token_id",
+    "init_std",
 )
 # The sizes the layout is expanded for.
 LAYOUT_SIZES = ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads")

@@ -73,8 +73,17 @@ TASKS = {
     },
 }
 SPEC_FIELDS = {
-    "name", "task", "description", "arguments", "presets", "seeds", "sweep", "preset_arguments", "save_steps",
-    "analyses", "baselines",
+    "name",
+    "task",
+    "description",
+    "arguments",
+    "presets",
+    "seeds",
+    "sweep",
+    "preset_arguments",
+    "save_steps",
+    "analyses",
+    "baselines",
 }
 PACKAGE_PREFIX = "package:"
 # Options the runner sets for every run; a spec may not set them in "arguments".
@@ -371,6 +380,7 @@ def train(study: Study, run: Run) -> subprocess.Popen:
 
 def code_version() -> str | None:
     """The commit the training code comes from, `+dirty` when the package or scripts differ from it."""
+
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -560,7 +570,9 @@ def evaluation_splits(study: Study, splits: tuple[str, ...]) -> dict[str, tuple[
     texts = {}
     for split in splits:
         limit = data_args.max_predict_samples if split == "test" else data_args.max_eval_samples
-        texts[split] = module.source_and_target_texts(module.select_split(raw_datasets, split, limit, split), data_args)
+        texts[split] = module.source_and_target_texts(
+            module.select_split(raw_datasets, split, limit, split), data_args
+        )
     return texts
 
 

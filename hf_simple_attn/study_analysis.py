@@ -488,7 +488,10 @@ def write_plots(analysis: dict, model, tokenizer, first_pair: tuple[str, str], f
     written = [
         layer_head_chart(analysis["entropy"], "entropy", "mean attention entropy (nats)", folder / "entropy.png"),
         layer_head_chart(
-            analysis["locality"], "within_1", "attention mass within ±1 of the diagonal", folder / "locality.png",
+            analysis["locality"],
+            "within_1",
+            "attention mass within ±1 of the diagonal",
+            folder / "locality.png",
             limits=(0.0, 1.0),
         ),
     ]

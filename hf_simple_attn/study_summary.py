@@ -48,7 +48,10 @@ def format_mean_std(values: Sequence[float]) -> str:
 
 
 def paired_bootstrap(
-    baseline: Sequence[str], system: Sequence[str], references: Sequence[str], metrics: Sequence[str] = ("bleu", "chrf")
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str],
+    metrics: Sequence[str] = ("bleu", "chrf"),
 ) -> dict[str, dict[str, float]]:
     """SacreBLEU's paired bootstrap of `system` against `baseline`: per metric both scores, the system's bootstrap
     mean and 95 % half-interval, and the p-value of the difference.
@@ -63,8 +66,13 @@ def paired_bootstrap(
     if system == baseline:
         scores = {name: scorers[name]().corpus_score(system, [references]).score for name in metrics}
         return {
-            name: {"baseline": round(score, 4), "score": round(score, 4), "mean": round(score, 4), "ci": 0.0,
-                   "p_value": 1.0}
+            name: {
+                "baseline": round(score, 4),
+                "score": round(score, 4),
+                "mean": round(score, 4),
+                "ci": 0.0,
+                "p_value": 1.0,
+            }
             for name, score in scores.items()
         }
     test = PairedTest(
@@ -110,8 +118,13 @@ def bootstrap_test(
     """
     baseline, system = score(baseline_stats.sum(0)), score(system_stats.sum(0))
     if np.array_equal(baseline_stats, system_stats):
-        return {"baseline": round(float(baseline), 4), "score": round(float(system), 4),
-                "mean": round(float(system), 4), "ci": 0.0, "p_value": 1.0}
+        return {
+            "baseline": round(float(baseline), 4),
+            "score": round(float(system), 4),
+            "mean": round(float(system), 4),
+            "ci": 0.0,
+            "p_value": 1.0,
+        }
     from sacrebleu.significance import estimate_ci
 
     counts = resample_counts(len(system_stats))
@@ -119,8 +132,13 @@ def bootstrap_test(
     mean, ci = estimate_ci(system_samples)
     differences = np.abs(system_samples - baseline_samples)
     exceeding = np.sum(differences - differences.mean() > abs(system - baseline))
-    values = {"baseline": baseline, "score": system, "mean": mean, "ci": ci,
-              "p_value": (exceeding + 1) / (len(differences) + 1)}
+    values = {
+        "baseline": baseline,
+        "score": system,
+        "mean": mean,
+        "ci": ci,
+        "p_value": (exceeding + 1) / (len(differences) + 1),
+    }
     return {key: round(float(value), 4) for key, value in values.items()}
 
 
@@ -129,20 +147,30 @@ def rouge_scores(summaries: Sequence[str], references: Sequence[str], metrics: S
     (no bootstrap aggregator). ROUGE-1/2/L ignore line breaks, so one-line summaries score as the runs' split ones."""
     from .metrics import load_metric
 
-    return load_metric("rouge").compute(predictions=list(summaries), references=list(references),
-                                        rouge_types=list(metrics), use_aggregator=False, use_stemmer=True)
+    return load_metric("rouge").compute(
+        predictions=list(summaries),
+        references=list(references),
+        rouge_types=list(metrics),
+        use_aggregator=False,
+        use_stemmer=True,
+    )
 
 
 def rouge_bootstrap(
-    baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str],
     metrics: Sequence[str] = TASKS["summarization"]["metrics"],
 ) -> dict[str, dict[str, float]]:
     """`bootstrap_test` of per-summary ROUGE F-measures: a resample scores their mean × 100, so the whole test split
     scores the runs' reported ROUGE."""
     baseline_scores, system_scores = (rouge_scores(outputs, references, metrics) for outputs in (baseline, system))
     return {
-        name: bootstrap_test(np.array(baseline_scores[name]), np.array(system_scores[name]),
-                             lambda totals: 100 * totals / len(references))
+        name: bootstrap_test(
+            np.array(baseline_scores[name]),
+            np.array(system_scores[name]),
+            lambda totals: 100 * totals / len(references),
+        )
         for name in metrics
     }
 
@@ -176,7 +204,10 @@ CONFUSION_SCORES = {"accuracy": accuracy, "f1": f1, "matthews_correlation": matt
 
 
 def classification_bootstrap(
-    baseline: Sequence[str], system: Sequence[str], labels: Sequence[int], label_names: Sequence[str],
+    baseline: Sequence[str],
+    system: Sequence[str],
+    labels: Sequence[int],
+    label_names: Sequence[str],
     metrics: Sequence[str] = TASKS["classification"]["metrics"],
 ) -> dict[str, dict[str, float]]:
     """`bootstrap_test` of run_glue's predictions (`predict_results.txt` lines: a header, then `index<TAB>label`)
@@ -216,8 +247,11 @@ def paired_test(study: Study) -> Callable[[list[str], list[str]], dict] | None:
     study without test labels to score (see `evaluation_labels`)."""
     if study.task == "classification":
         labelled = evaluation_labels(study)
-        return None if labelled is None else partial(classification_bootstrap, labels=labelled[1],
-                                                     label_names=labelled[0])
+        return (
+            None
+            if labelled is None
+            else partial(classification_bootstrap, labels=labelled[1], label_names=labelled[0])
+        )
     bootstrap = paired_bootstrap if study.task == "translation" else rouge_bootstrap
     return partial(bootstrap, references=evaluation_texts(study)[1])
 
@@ -240,13 +274,22 @@ def significance(study: Study, results: list[dict]) -> dict[str, dict[str, list[
     return tests
 
 
-def results_table(study: Study, results: list[dict], tests: dict[str, dict[str, list[dict]]],
-                  baselines: list[dict]) -> str:
+def results_table(
+    study: Study, results: list[dict], tests: dict[str, dict[str, list[dict]]], baselines: list[dict]
+) -> str:
     """One row per preset in the study's order (seeds, test metrics as mean ± std, validation, p against each
     reference system), then one per outside baseline."""
     names = TASKS[study.task]["metrics"]
-    header = ["preset", "seeds", *(f"test {n}" for n in names), f"validation {names[0]}", "lr", "parameters",
-              "train time", *(f"p vs {reference} ({names[0]})" for reference in tests)]
+    header = [
+        "preset",
+        "seeds",
+        *(f"test {n}" for n in names),
+        f"validation {names[0]}",
+        "lr",
+        "parameters",
+        "train time",
+        *(f"p vs {reference} ({names[0]})" for reference in tests),
+    ]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     by_preset = {}
     for result in results:
@@ -263,8 +306,16 @@ def results_table(study: Study, results: list[dict], tests: dict[str, dict[str, 
             cells.append(", ".join(f"{t[names[0]]['p_value']:.3f}" for t in paired) if paired else "-")
         rows.append("| " + " | ".join(cells) + " |")
     for baseline in baselines:
-        cells = [f"{baseline['baseline']} (outside baseline)", "-", *(f"{baseline['test'][n]:.2f}" for n in names),
-                 f"{baseline['validation'][names[0]]:.2f}", "-", "-", "-", *("-" for _ in tests)]
+        cells = [
+            f"{baseline['baseline']} (outside baseline)",
+            "-",
+            *(f"{baseline['test'][n]:.2f}" for n in names),
+            f"{baseline['validation'][names[0]]:.2f}",
+            "-",
+            "-",
+            "-",
+            *("-" for _ in tests),
+        ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -385,8 +436,12 @@ def summarize(study: Study, readme: Path | None = None) -> Path:
         "![loss curves](loss_curves.png)",
     ]
     if sweep:
-        lines += ["", f"## Sweep (validation {study.selection_metric}; the setting in bold is used)", "",
-                  sweep_table(study, sweep)]
+        lines += [
+            "",
+            f"## Sweep (validation {study.selection_metric}; the setting in bold is used)",
+            "",
+            sweep_table(study, sweep),
+        ]
     signature = next((r["signatures"] for r in results if r["signatures"]), None)
     if signature:
         lines += ["", "Signatures: " + "; ".join(f"`{k}`: `{v}`" for k, v in sorted(signature.items()))]

@@ -44,8 +44,9 @@ def licence_stanza(cache_dir: Path) -> str:
 
 
 def notice_text(cache_dir: Path, counts: dict[str, int], train_size: int) -> str:
-    versions = "\n".join(f"  - {package} {deb_field(download_deb(package, cache_dir), 'Version')}"
-                         for package in SOURCE_PACKAGES)
+    versions = "\n".join(
+        f"  - {package} {deb_field(download_deb(package, cache_dir), 'Version')}" for package in SOURCE_PACKAGES
+    )
     sizes = "\n".join(f"  - {EMBEDDED_CORPUS_NAME}.{split}.jsonl.gz: {count} pairs" for split, count in counts.items())
     return f"""\
 LibreOffice help English-German parallel corpus (excerpt)

@@ -12,7 +12,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("study", help="a study name (studies/<name>.json) or the path of its spec")
     parser.add_argument(
-        "--readme", type=Path, default=None,
+        "--readme",
+        type=Path,
+        default=None,
         help="also write the table into this README's `<!-- study:NAME -->` block (e.g. README.md)",
     )
     args = parser.parse_args(argv)

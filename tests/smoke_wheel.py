@@ -37,14 +37,26 @@ def main() -> None:
         tokenizer = train_tokenizer(sources + targets, vocab_size=300)
         pad = tokenizer.pad_token_id
         config = SimpleAttnMarianConfig.from_preset(
-            "hc-sa", vocab_size=len(tokenizer), pad_token_id=pad, decoder_start_token_id=pad,
-            eos_token_id=tokenizer.eos_token_id, forced_eos_token_id=tokenizer.eos_token_id, d_model=32,
-            encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-            encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128, dropout=0.0,
+            "hc-sa",
+            vocab_size=len(tokenizer),
+            pad_token_id=pad,
+            decoder_start_token_id=pad,
+            eos_token_id=tokenizer.eos_token_id,
+            forced_eos_token_id=tokenizer.eos_token_id,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=128,
+            dropout=0.0,
         )
         model = SimpleAttnMarianMTModel(config)
-        batch = tokenizer(sources, text_target=targets, return_tensors="pt", padding=True, truncation=True,
-                          max_length=64)
+        batch = tokenizer(
+            sources, text_target=targets, return_tensors="pt", padding=True, truncation=True, max_length=64
+        )
         batch["labels"][batch["labels"] == pad] = -100
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
         losses = []
@@ -60,8 +72,13 @@ def main() -> None:
         model.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
         card_path = publish_checkpoint(
-            output_dir, model, push_to_hub=False, task="translation", dataset_name="hf_simple_attn:embedded",
-            metrics={"eval_bleu": 1.0}, language=["en", "de"],
+            output_dir,
+            model,
+            push_to_hub=False,
+            task="translation",
+            dataset_name="hf_simple_attn:embedded",
+            metrics={"eval_bleu": 1.0},
+            language=["en", "de"],
         )
         card = ModelCard.load(card_path)
         assert card.data.license and card.data.eval_results, card.data

@@ -23,7 +23,9 @@ SQRT_2PI = math.sqrt(2 * math.pi)
 
 
 def make_heads(num_heads=2, **options) -> GaussianMixtureHeads:
-    spec = GaussianMixtureHeads.normalize_spec({"kind": "gaussian_mixture", "num_heads": num_heads, **options}, "cross", "f")
+    spec = GaussianMixtureHeads.normalize_spec(
+        {"kind": "gaussian_mixture", "num_heads": num_heads, **options}, "cross", "f"
+    )
     heads = GaussianMixtureHeads(spec, SimpleNamespace(attention_dropout=0.0), "cross", 0, HEAD_DIM)
     for parameter in heads.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
@@ -39,7 +41,9 @@ def fix_output(network, raw_output):
 
 
 def context_for(key_padding_mask, query_length):
-    return AttentionContext(key_padding_mask=key_padding_mask, query_positions=torch.arange(query_length), is_causal=False)
+    return AttentionContext(
+        key_padding_mask=key_padding_mask, query_positions=torch.arange(query_length), is_causal=False
+    )
 
 
 def logit(p):
@@ -80,7 +84,9 @@ def test_conversion_layer_and_clamp_through_the_module():
     fix_output(heads.mu_ffn, [0.0, math.log(9.0)])
     fix_output(heads.sigma_ffn, [0.0, 20.0])
     query = torch.randn(1, 1, 1, HEAD_DIM)
-    log_weight, log_normalizer, mean, sigma = heads.mixture_parameters(query, torch.tensor([6.0]), context_for(None, 1))
+    log_weight, log_normalizer, mean, sigma = heads.mixture_parameters(
+        query, torch.tensor([6.0]), context_for(None, 1)
+    )
     torch.testing.assert_close(log_weight.exp().view(2), torch.tensor([0.75, 0.25]))
     torch.testing.assert_close(mean.view(2), torch.tensor([3.0, 5.4]))
     torch.testing.assert_close(sigma.view(2), torch.tensor([0.5, 0.2]))
@@ -107,7 +113,9 @@ def test_sigma_clamp_at_the_borders_and_floor(mu_hat, expected_mean, expected_si
     heads = make_heads(num_heads=1, num_components=1)
     fix_output(heads.mu_ffn, [mu_hat])
     fix_output(heads.sigma_ffn, [20.0])
-    _, _, mean, sigma = heads.mixture_parameters(torch.randn(1, 1, 1, HEAD_DIM), torch.tensor([5.0]), context_for(None, 1))
+    _, _, mean, sigma = heads.mixture_parameters(
+        torch.randn(1, 1, 1, HEAD_DIM), torch.tensor([5.0]), context_for(None, 1)
+    )
     torch.testing.assert_close(mean.view(()), torch.tensor(expected_mean), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(sigma.view(()), torch.tensor(expected_sigma), atol=1e-6, rtol=1e-5)
 
@@ -127,7 +135,9 @@ def test_mean_at_the_borders_gives_finite_weights():
             fix_output(heads.mu_ffn, [mu_hat, mu_hat])
             fix_output(heads.sigma_ffn, [sigma_hat, sigma_hat])
             query = torch.randn(1, 1, 1, HEAD_DIM)
-            _, weights = heads(query, query, torch.randn(1, 1, 4, HEAD_DIM), context_for(None, 1), output_attentions=True)
+            _, weights = heads(
+                query, query, torch.randn(1, 1, 4, HEAD_DIM), context_for(None, 1), output_attentions=True
+            )
             torch.testing.assert_close(weights.view(4), torch.tensor(row), atol=1e-5, rtol=1e-6)
 
 
@@ -202,7 +212,12 @@ def test_no_nan_or_inf_for_any_length_and_extreme_parameters(normalization):
                     assert (weights[1, :, :, source_length:] == 0).all()
                     (output.square().sum() + weights.sum()).backward()
                     gradients = [query.grad, key.grad, value.grad] + [p.grad for p in heads.parameters()]
-                    assert all(torch.isfinite(g).all() for g in gradients), (source_length, mu_hat, sigma_hat, omega_hat)
+                    assert all(torch.isfinite(g).all() for g in gradients), (
+                        source_length,
+                        mu_hat,
+                        sigma_hat,
+                        omega_hat,
+                    )
 
 
 # --- options and layouts ------------------------------------------------------------------------
@@ -214,7 +229,10 @@ def test_no_nan_or_inf_for_any_length_and_extreme_parameters(normalization):
         ({"num_components": 0}, r"cross\[0\]\.num_components: expected a positive integer"),
         ({"num_components": True}, r"cross\[0\]\.num_components: expected a positive integer"),
         ({"hidden_size": -1}, r"cross\[0\]\.hidden_size: expected a positive integer <= 65536, got -1"),
-        ({"normalization": "exact"}, r"cross\[0\]\.normalization: expected one of \['approximate', 'strict', 'none'\], got 'exact'"),
+        (
+            {"normalization": "exact"},
+            r"cross\[0\]\.normalization: expected one of \['approximate', 'strict', 'none'\], got 'exact'",
+        ),
         ({"fusion": "max"}, r"cross\[0\]\.fusion: expected one of \['gate', 'average', 'gmm_only'\], got 'max'"),
         ({"components": 4}, r"unknown option\(s\) \['components'\] for kind 'gaussian_mixture'; valid options: \["),
     ],
@@ -225,17 +243,32 @@ def test_bad_options_fail_at_config_time(tiny_marian_kwargs, spec, message):
 
 
 def test_cross_attention_only(tiny_marian_kwargs):
-    with pytest.raises(LayoutError, match=r"encoder_self\[0\]: kind 'gaussian_mixture' cannot be used at site 'encoder_self'; valid sites: \['cross'\]"):
+    with pytest.raises(
+        LayoutError,
+        match=r"encoder_self\[0\]: kind 'gaussian_mixture' cannot be used at site 'encoder_self'; valid sites: \['cross'\]",
+    ):
         SimpleAttnMarianConfig(attention_layout={"encoder_self": "gaussian_mixture"}, **tiny_marian_kwargs)
 
 
 def test_layout_places_it_on_selected_layers_and_survives_reload(tiny_marian_kwargs):
-    layout = {"cross": {"default": "dot", "layers": {"top_third": {"kind": "gaussian_mixture", "normalization": "strict"}}}}
+    layout = {
+        "cross": {"default": "dot", "layers": {"top_third": {"kind": "gaussian_mixture", "normalization": "strict"}}}
+    }
     config = SimpleAttnMarianConfig(attention_layout=layout, **tiny_marian_kwargs)
-    assert [spec["groups"][0]["kind"] for spec in config.attention_layout["cross"]] == ["dot", "dot", "gaussian_mixture"]
+    assert [spec["groups"][0]["kind"] for spec in config.attention_layout["cross"]] == [
+        "dot",
+        "dot",
+        "gaussian_mixture",
+    ]
     assert config.attention_layout["cross"][2]["groups"] == [
-        {"kind": "gaussian_mixture", "num_heads": 4, "num_components": 4, "hidden_size": None,
-         "normalization": "strict", "fusion": "gate"}
+        {
+            "kind": "gaussian_mixture",
+            "num_heads": 4,
+            "num_components": 4,
+            "hidden_size": None,
+            "normalization": "strict",
+            "fusion": "gate",
+        }
     ]
     reloaded = SimpleAttnMarianConfig.from_dict(config.to_dict())
     assert reloaded.attention_layout == config.attention_layout
@@ -271,7 +304,9 @@ def test_padded_batch_equals_each_example_alone_and_is_causal(tiny_marian_kwargs
     model = build_model(tiny_marian_kwargs, normalization=normalization)
     attention_mask = SOURCES != 39
     with torch.no_grad():
-        batch = model(input_ids=SOURCES, attention_mask=attention_mask, decoder_input_ids=TARGETS, output_attentions=True)
+        batch = model(
+            input_ids=SOURCES, attention_mask=attention_mask, decoder_input_ids=TARGETS, output_attentions=True
+        )
         for index in range(3):
             length = int(attention_mask[index].sum())
             alone = model(input_ids=SOURCES[index : index + 1, :length], decoder_input_ids=TARGETS[index : index + 1])
@@ -287,13 +322,16 @@ def test_padded_batch_equals_each_example_alone_and_is_causal(tiny_marian_kwargs
 
 
 @pytest.mark.parametrize(
-    "options", [{}, {"normalization": "strict", "fusion": "average"}, {"fusion": "gmm_only"}, {"normalization": "none"}]
+    "options",
+    [{}, {"normalization": "strict", "fusion": "average"}, {"fusion": "gmm_only"}, {"normalization": "none"}],
 )
 def test_generate_with_cache_equals_without(tiny_marian_kwargs, options):
     model = build_model(tiny_marian_kwargs, seed=1, **options)
     attention_mask = SOURCES != 39
     for num_beams in (1, 3):
-        settings = dict(max_new_tokens=8, num_beams=num_beams, do_sample=False, output_scores=True, return_dict_in_generate=True)
+        settings = dict(
+            max_new_tokens=8, num_beams=num_beams, do_sample=False, output_scores=True, return_dict_in_generate=True
+        )
         cached = model.generate(input_ids=SOURCES, attention_mask=attention_mask, use_cache=True, **settings)
         uncached = model.generate(input_ids=SOURCES, attention_mask=attention_mask, use_cache=False, **settings)
         assert torch.equal(cached.sequences, uncached.sequences)
@@ -307,11 +345,15 @@ def test_gradients_reach_the_mixture_nets_gate_and_projections(tiny_marian_kwarg
     labels = TARGETS[:, 1:].contiguous()
     model(input_ids=SOURCES, attention_mask=SOURCES != 39, labels=labels).loss.backward()
     without_gradient = {
-        name for name, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)
+        name
+        for name, p in model.named_parameters()
+        if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)
     }
     if fusion == "gate":
         assert without_gradient == set()
-        assert "model.decoder.layers.0.encoder_attn.heads.groups.0.gate_ffn.output.bias" in dict(model.named_parameters())
+        assert "model.decoder.layers.0.encoder_attn.heads.groups.0.gate_ffn.output.bias" in dict(
+            model.named_parameters()
+        )
     else:  # γ = β: the keys are not used, so only the cross k_proj gets no gradient
         assert without_gradient == {
             f"model.decoder.layers.{layer}.encoder_attn.k_proj.{p}" for layer in range(3) for p in ("weight", "bias")

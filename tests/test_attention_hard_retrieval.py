@@ -143,7 +143,9 @@ def test_causality_padding_and_cache(tiny_marian_kwargs):
     assert (out.cross_attentions[0][1, :, :, 4:] == 0).all() and (out.encoder_attentions[0][1, :, :, 4:] == 0).all()
     assert torch.equal(out.cross_attentions[0].sum(-1), torch.ones(2, 4, 5))
     for num_beams in (1, 3):
-        kwargs = dict(input_ids=SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=8, num_beams=num_beams, do_sample=False)
+        kwargs = dict(
+            input_ids=SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=8, num_beams=num_beams, do_sample=False
+        )
         assert torch.equal(model.generate(**kwargs, use_cache=True), model.generate(**kwargs, use_cache=False))
 
 
@@ -161,10 +163,14 @@ def test_training_gradients_and_save_load(tiny_marian_kwargs, tmp_path):
     model.save_pretrained(tmp_path)
     reloaded = SimpleAttnMarianMTModel.from_pretrained(tmp_path).eval()
     expected = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
-    assert torch.equal(reloaded(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits, expected)
+    assert torch.equal(
+        reloaded(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits, expected
+    )
 
 
 @pytest.mark.parametrize("site", ["encoder_self", "decoder_self", "cross"])
 def test_usable_on_every_site(tiny_marian_kwargs, site):
-    config = SimpleAttnMarianConfig(attention_layout={site: {"kind": "hard_retrieval", "num_heads": 2}}, **tiny_marian_kwargs)
+    config = SimpleAttnMarianConfig(
+        attention_layout={site: {"kind": "hard_retrieval", "num_heads": 2}}, **tiny_marian_kwargs
+    )
     assert config.attention_layout[site][0]["groups"] == [{"kind": "hard_retrieval", "num_heads": 2}]

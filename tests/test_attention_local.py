@@ -16,19 +16,28 @@ from hf_simple_attn.modeling.presets import get_preset
 
 # The paper's encoder configurations b-l (Figure 4, Tables 1-3) in the preset catalogue.
 PAPER_LOCAL_PRESETS = [
-    "local-2heads", "local-4heads", "local-first3", "local-last3", "local-all", "local-4tied", "local-2tied",
-    "local-1tied", "local-1tied-first3", "local-half-tied", "local-fully-tied",
+    "local-2heads",
+    "local-4heads",
+    "local-first3",
+    "local-last3",
+    "local-all",
+    "local-4tied",
+    "local-2tied",
+    "local-1tied",
+    "local-1tied-first3",
+    "local-half-tied",
+    "local-fully-tied",
 ]
 
 # Tables 2-3: encoder attention weights (no biases) at d_model 512, 8 heads, 6 layers.
 PAPER_WEIGHT_COUNTS = {
-    "base": 6_291_456,          # 6 layers x 4 projections x 512 x 512
-    "local-4tied": 4_718_592,   # g: 6 x (2 x 512 x 256 + 2 x 512 x 512)
-    "local-2tied": 3_932_160,   # h: 6 x (2 x 512 x 128 + 2 x 512 x 512)
-    "local-1tied": 3_538_944,   # i: 6 x (2 x 512 x 64 + 2 x 512 x 512)
+    "base": 6_291_456,  # 6 layers x 4 projections x 512 x 512
+    "local-4tied": 4_718_592,  # g: 6 x (2 x 512 x 256 + 2 x 512 x 512)
+    "local-2tied": 3_932_160,  # h: 6 x (2 x 512 x 128 + 2 x 512 x 512)
+    "local-1tied": 3_538_944,  # i: 6 x (2 x 512 x 64 + 2 x 512 x 512)
     "local-1tied-first3": 4_915_200,  # j: 3 x 589,824 + 3 x 1,048,576
-    "local-half-tied": 4_784_128,     # k: 2 x 512 x 64 once + 3 x 2 x 512 x 512 + 3 x 1,048,576
-    "local-fully-tied": 3_211_264,    # l: 2 x 512 x 64 once + 6 x 2 x 512 x 512
+    "local-half-tied": 4_784_128,  # k: 2 x 512 x 64 once + 3 x 2 x 512 x 512 + 3 x 1,048,576
+    "local-fully-tied": 3_211_264,  # l: 2 x 512 x 64 once + 6 x 2 x 512 x 512
 }
 
 
@@ -42,7 +51,9 @@ def local_heads(site="encoder_self", head_dim=1, **options):
 
 
 def context(length, is_causal=False, key_padding_mask=None):
-    return AttentionContext(key_padding_mask=key_padding_mask, query_positions=torch.arange(length), is_causal=is_causal)
+    return AttentionContext(
+        key_padding_mask=key_padding_mask, query_positions=torch.arange(length), is_causal=is_causal
+    )
 
 
 # Hand example: head_dim 1, every query q = 1, keys k = (0, ln 2, ln 3), so every row of
@@ -51,28 +62,35 @@ QUERY = torch.ones(1, 1, 3, 1)
 KEY = torch.tensor([0.0, math.log(2), math.log(3)]).view(1, 1, 3, 1)
 VALUE = torch.tensor([10.0, 20.0, 30.0]).view(1, 1, 3, 1)
 MASKS = ["band-1", "prev-1", "next-1", "identity", "global", "prev-2"]
-EQ9_WEIGHTS = torch.tensor([
-    # band-1: |i - j| <= 1
-    [[1, 2, 0], [1, 2, 3], [0, 2, 3]],
-    # prev-1: j = i - 1 (row 0 has no previous token)
-    [[0, 0, 0], [1, 0, 0], [0, 2, 0]],
-    # next-1: j = i + 1
-    [[0, 2, 0], [0, 0, 3], [0, 0, 0]],
-    # identity
-    [[1, 0, 0], [0, 2, 0], [0, 0, 3]],
-    # global
-    [[1, 2, 3], [1, 2, 3], [1, 2, 3]],
-    # prev-2
-    [[0, 0, 0], [0, 0, 0], [1, 0, 0]],
-]) / 6.0
-RENORMALIZED_WEIGHTS = torch.tensor([
-    [[1 / 3, 2 / 3, 0], [1 / 6, 2 / 6, 3 / 6], [0, 2 / 5, 3 / 5]],
-    [[0, 0, 0], [1, 0, 0], [0, 1, 0]],
-    [[0, 1, 0], [0, 0, 1], [0, 0, 0]],
-    [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
-    [[1 / 6, 2 / 6, 3 / 6]] * 3,
-    [[0, 0, 0], [0, 0, 0], [1, 0, 0]],
-])
+EQ9_WEIGHTS = (
+    torch.tensor(
+        [
+            # band-1: |i - j| <= 1
+            [[1, 2, 0], [1, 2, 3], [0, 2, 3]],
+            # prev-1: j = i - 1 (row 0 has no previous token)
+            [[0, 0, 0], [1, 0, 0], [0, 2, 0]],
+            # next-1: j = i + 1
+            [[0, 2, 0], [0, 0, 3], [0, 0, 0]],
+            # identity
+            [[1, 0, 0], [0, 2, 0], [0, 0, 3]],
+            # global
+            [[1, 2, 3], [1, 2, 3], [1, 2, 3]],
+            # prev-2
+            [[0, 0, 0], [0, 0, 0], [1, 0, 0]],
+        ]
+    )
+    / 6.0
+)
+RENORMALIZED_WEIGHTS = torch.tensor(
+    [
+        [[1 / 3, 2 / 3, 0], [1 / 6, 2 / 6, 3 / 6], [0, 2 / 5, 3 / 5]],
+        [[0, 0, 0], [1, 0, 0], [0, 1, 0]],
+        [[0, 1, 0], [0, 0, 1], [0, 0, 0]],
+        [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+        [[1 / 6, 2 / 6, 3 / 6]] * 3,
+        [[0, 0, 0], [0, 0, 0], [1, 0, 0]],
+    ]
+)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +111,9 @@ def test_mask_weights_and_outputs_by_hand(renormalize, expected, band_row0_outpu
 
 
 def test_decoder_masks_combine_with_causality():
-    heads = local_heads(site="decoder_self", num_heads=4, masks=["next-1", "band-1", "prev-1", "global"], query_key_sets=1)
+    heads = local_heads(
+        site="decoder_self", num_heads=4, masks=["next-1", "band-1", "prev-1", "global"], query_key_sets=1
+    )
     _, weights = heads(QUERY, KEY, VALUE.expand(1, 4, 3, 1), context(3, is_causal=True), output_attentions=True)
     # Causal softmax rows: (1), (1, 2)/3, (1, 2, 3)/6; next-1 heads see nothing.
     causal = torch.tensor([[1, 0, 0], [1 / 3, 2 / 3, 0], [1 / 6, 2 / 6, 3 / 6]])
@@ -134,10 +154,17 @@ def test_heads_of_one_query_key_set_share_the_softmax():
 
 def test_normalized_spec_cycles_masks_resolves_sets_and_is_idempotent():
     spec = LocalMaskHeads.normalize_spec(
-        {"kind": "local", "num_heads": 8, "masks": ["identity", "band-02"], "heads_per_query_key_set": 2}, "encoder_self", "f"
+        {"kind": "local", "num_heads": 8, "masks": ["identity", "band-02"], "heads_per_query_key_set": 2},
+        "encoder_self",
+        "f",
     )
-    assert spec == {"kind": "local", "num_heads": 8, "masks": ["identity", "band-2"] * 4, "query_key_sets": 4,
-                    "renormalize": False}
+    assert spec == {
+        "kind": "local",
+        "num_heads": 8,
+        "masks": ["identity", "band-2"] * 4,
+        "query_key_sets": 4,
+        "renormalize": False,
+    }
     assert LocalMaskHeads.normalize_spec(dict(spec), "encoder_self", "f") == spec
     default = LocalMaskHeads.normalize_spec({"kind": "local", "num_heads": 8}, "encoder_self", "f")
     assert default["masks"] == ALL_SEVEN_MASKS and default["query_key_sets"] == 8
@@ -149,14 +176,23 @@ FIELD = r"attention_layout\.encoder_self\[0\](\.groups\[0\])?"  # a single-group
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"masks": ["band-2", "previous-1"]}, FIELD + r"\.masks\[1\]: unknown mask 'previous-1'; valid masks: 'prev-<k>', 'next-<k>', 'band-<k>'"),
+        (
+            {"masks": ["band-2", "previous-1"]},
+            FIELD + r"\.masks\[1\]: unknown mask 'previous-1'; valid masks: 'prev-<k>', 'next-<k>', 'band-<k>'",
+        ),
         ({"masks": "prev-0"}, FIELD + r"\.masks\[0\]: the distance k of 'prev-0' must be an integer in \[1, 4096\]"),
         ({"masks": "band-1.5"}, FIELD + r"\.masks\[0\]: unknown mask 'band-1.5'"),
         ({"masks": []}, FIELD + r"\.masks: expected a mask name or a non-empty list"),
         ({"query_key_sets": 0}, FIELD + r"\.query_key_sets: expected a positive integer"),
-        ({"query_key_sets": 2, "heads_per_query_key_set": 2}, FIELD + r": give either 'query_key_sets' or 'heads_per_query_key_set'"),
+        (
+            {"query_key_sets": 2, "heads_per_query_key_set": 2},
+            FIELD + r": give either 'query_key_sets' or 'heads_per_query_key_set'",
+        ),
         ({"renormalize": "yes"}, FIELD + r"\.renormalize: expected true or false"),
-        ({"mask": "band-1"}, r"unknown option\(s\) \['mask'\] for kind 'local'; valid options: \['heads_per_query_key_set', 'masks'"),
+        (
+            {"mask": "band-1"},
+            r"unknown option\(s\) \['mask'\] for kind 'local'; valid options: \['heads_per_query_key_set', 'masks'",
+        ),
     ],
 )
 def test_bad_options_fail_at_config_time(tiny_marian_kwargs, options, message):
@@ -165,7 +201,10 @@ def test_bad_options_fail_at_config_time(tiny_marian_kwargs, options, message):
 
 
 def test_cross_attention_is_refused(tiny_marian_kwargs):
-    with pytest.raises(LayoutError, match=r"kind 'local' cannot be used at site 'cross'; valid sites: \['encoder_self', 'decoder_self'\]"):
+    with pytest.raises(
+        LayoutError,
+        match=r"kind 'local' cannot be used at site 'cross'; valid sites: \['encoder_self', 'decoder_self'\]",
+    ):
         SimpleAttnMarianConfig(attention_layout={"cross": "local"}, **tiny_marian_kwargs)
 
 
@@ -183,9 +222,19 @@ def encoder_attention_weight_count(encoder) -> int:
 @pytest.mark.parametrize("name", list(PAPER_WEIGHT_COUNTS))
 def test_paper_weight_counts_at_paper_size(name):
     config = SimpleAttnMarianConfig(
-        vocab_size=10, d_model=512, encoder_layers=6, decoder_layers=1, encoder_attention_heads=8,
-        decoder_attention_heads=8, encoder_ffn_dim=8, decoder_ffn_dim=8, max_position_embeddings=16,
-        pad_token_id=9, decoder_start_token_id=9, eos_token_id=0, forced_eos_token_id=0,
+        vocab_size=10,
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=1,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=8,
+        decoder_ffn_dim=8,
+        max_position_embeddings=16,
+        pad_token_id=9,
+        decoder_start_token_id=9,
+        eos_token_id=0,
+        forced_eos_token_id=0,
         attention_layout=paper_layout(name),
     )
     with torch.device("meta"):
@@ -195,8 +244,10 @@ def test_paper_weight_counts_at_paper_size(name):
 
 def test_paper_layouts_at_paper_size_have_the_papers_masks_and_sets():
     kwargs = dict(d_model=512, encoder_layers=6, encoder_attention_heads=8)
-    layouts = {name: SimpleAttnMarianConfig(attention_layout=paper_layout(name), **kwargs).attention_layout["encoder_self"]
-               for name in PAPER_LOCAL_PRESETS}
+    layouts = {
+        name: SimpleAttnMarianConfig(attention_layout=paper_layout(name), **kwargs).attention_layout["encoder_self"]
+        for name in PAPER_LOCAL_PRESETS
+    }
 
     def local_group(spec):
         return spec["groups"][0] if spec["groups"][0]["kind"] == "local" else None
@@ -215,7 +266,9 @@ def test_paper_layouts_at_paper_size_have_the_papers_masks_and_sets():
     h = local_group(layouts["local-2tied"][0])
     assert h["query_key_sets"] == 2 and h["masks"] == ["identity", "band-2", "prev-1", "next-1"] * 2
     for name in ("local-1tied", "local-fully-tied"):
-        assert all(local_group(s)["query_key_sets"] == 1 and sorted(local_group(s)["masks"]) == seven for s in layouts[name])
+        assert all(
+            local_group(s)["query_key_sets"] == 1 and sorted(local_group(s)["masks"]) == seven for s in layouts[name]
+        )
     assert [s["share_query_key_with"] for s in layouts["local-half-tied"]] == [None, 0, 0, None, None, None]
     assert [s["share_query_key_with"] for s in layouts["local-fully-tied"]] == [None, 0, 0, 0, 0, 0]
 
@@ -235,8 +288,12 @@ def test_uneven_head_counts_give_near_equal_contiguous_sets():
 
 def test_sharing_scales_with_head_count(tiny_marian_kwargs):
     kwargs = {**tiny_marian_kwargs, "encoder_attention_heads": 16}
-    g = SimpleAttnMarianConfig(attention_layout=paper_layout("local-4tied"), **kwargs).attention_layout["encoder_self"][0]
-    h = SimpleAttnMarianConfig(attention_layout=paper_layout("local-2tied"), **kwargs).attention_layout["encoder_self"][0]
+    g = SimpleAttnMarianConfig(attention_layout=paper_layout("local-4tied"), **kwargs).attention_layout[
+        "encoder_self"
+    ][0]
+    h = SimpleAttnMarianConfig(attention_layout=paper_layout("local-2tied"), **kwargs).attention_layout[
+        "encoder_self"
+    ][0]
     assert g["groups"][0]["query_key_sets"] == 8  # still pairs of heads
     assert h["groups"][0]["query_key_sets"] == 2  # still two halves
 
@@ -247,8 +304,14 @@ def test_band6_tying_across_layers(tie, query_key_sets):
     site = {"layers": {"all": {"kind": "local", "masks": "band-6"}}}
     if tie is not None:
         site["tie_query_key"] = tie
-    config = SimpleAttnMarianConfig(d_model=24, encoder_layers=12, decoder_layers=1, encoder_attention_heads=12, decoder_attention_heads=12,
-                                    attention_layout={"encoder_self": site})
+    config = SimpleAttnMarianConfig(
+        d_model=24,
+        encoder_layers=12,
+        decoder_layers=1,
+        encoder_attention_heads=12,
+        decoder_attention_heads=12,
+        attention_layout={"encoder_self": site},
+    )
     with torch.device("meta"):
         encoder = SimpleAttnMarianEncoder(config)
     query_weights = {id(layer.self_attn.q_proj.weight) for layer in encoder.layers}
@@ -271,16 +334,23 @@ SOURCE_MASK = (SOURCE != 39).long()
 TARGET = torch.tensor([[39, 4, 5, 6, 7], [39, 8, 9, 10, 11]])
 
 MIXED_LAYOUT = {
-    "encoder_self": {"groups": [{"kind": "dot", "num_heads": 1},
-                                {"kind": "local", "masks": ["band-1", "prev-1", "next-2"], "query_key_sets": 1}]},
+    "encoder_self": {
+        "groups": [
+            {"kind": "dot", "num_heads": 1},
+            {"kind": "local", "masks": ["band-1", "prev-1", "next-2"], "query_key_sets": 1},
+        ]
+    },
     "decoder_self": {"kind": "local", "masks": ["prev-1", "identity", "band-2", "global"], "query_key_sets": 2},
 }
 
 
 def test_all_global_local_heads_equal_dot_attention(tiny_marian_kwargs):
     dot = build_model(tiny_marian_kwargs, {})
-    local = build_model(tiny_marian_kwargs, {"encoder_self": {"kind": "local", "masks": "global"},
-                                             "decoder_self": {"kind": "local", "masks": "global"}}, seed=1)
+    local = build_model(
+        tiny_marian_kwargs,
+        {"encoder_self": {"kind": "local", "masks": "global"}, "decoder_self": {"kind": "local", "masks": "global"}},
+        seed=1,
+    )
     local.load_state_dict(dot.state_dict())
     expected = dot(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
     actual = local(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
@@ -313,16 +383,21 @@ def test_causality_padding_and_cache(tiny_marian_kwargs):
     alone = model(input_ids=SOURCE[1:, :4], decoder_input_ids=TARGET[1:]).logits
     torch.testing.assert_close(logits[1:], alone, atol=1e-5, rtol=1e-5)
     for num_beams in (1, 3):
-        kwargs = dict(input_ids=SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=8, num_beams=num_beams, do_sample=False)
+        kwargs = dict(
+            input_ids=SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=8, num_beams=num_beams, do_sample=False
+        )
         with_cache = model.generate(**kwargs, use_cache=True)
         without_cache = model.generate(**kwargs, use_cache=False)
         assert torch.equal(with_cache, without_cache)
 
 
 # At 4 layers: half-tied ties layers 0-1 (2-3 are global), fully-tied ties all four.
-@pytest.mark.parametrize("name, tied_copies, untied_layers", [("local-half-tied", 1, [0, 2, 3]), ("local-fully-tied", 3, [0])])
-def test_tied_query_key_counted_once_trained_together_and_saved_tied(tiny_marian_kwargs, tmp_path, name, tied_copies,
-                                                                   untied_layers):
+@pytest.mark.parametrize(
+    "name, tied_copies, untied_layers", [("local-half-tied", 1, [0, 2, 3]), ("local-fully-tied", 3, [0])]
+)
+def test_tied_query_key_counted_once_trained_together_and_saved_tied(
+    tiny_marian_kwargs, tmp_path, name, tied_copies, untied_layers
+):
     kwargs = {**tiny_marian_kwargs, "encoder_layers": 4}
     model = build_model(kwargs, paper_layout(name))
     layers = model.model.encoder.layers
@@ -332,7 +407,10 @@ def test_tied_query_key_counted_once_trained_together_and_saved_tied(tiny_marian
     untied_site = {k: v for k, v in paper_layout(name)["encoder_self"].items() if k != "tie_query_key"}
     untied = build_model(kwargs, {"encoder_self": untied_site})
     one_set = 2 * (8 * 32 + 8)  # one q_proj and one k_proj (a single set of head_dim 8), weights and biases
-    assert sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in model.parameters()) == tied_copies * one_set
+    assert (
+        sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in model.parameters())
+        == tied_copies * one_set
+    )
 
     model.train()
     loss = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, labels=TARGET[:, 1:].contiguous()).loss

@@ -53,8 +53,9 @@ def right_padded(rows):
 
 def tiny_state(**options):
     """A stack state with one head and M = 2: A0 = [[0.5, -1], [2, 0]], transition set by hand."""
-    spec = RecurrentHeads.normalize_spec({"kind": "recurrent", "num_heads": 1, "max_positions": 2, **options},
-                                         "encoder_self", "test")
+    spec = RecurrentHeads.normalize_spec(
+        {"kind": "recurrent", "num_heads": 1, "max_positions": 2, **options}, "encoder_self", "test"
+    )
     state = RecurrentAttentionState(spec, num_layers=2)
     with torch.no_grad():
         state.initial_logits.copy_(torch.tensor([[[0.5, -1.0], [2.0, 0.0]]]))
@@ -126,8 +127,9 @@ def test_ffn_transition_step_by_hand():
 
 def test_synthesizer_softmax_over_allowed_keys_by_hand(tiny_marian_kwargs):
     config = SimpleAttnMarianConfig(**tiny_marian_kwargs)
-    spec = RandomSynthesizerHeads.normalize_spec({"kind": "random_synthesizer", "num_heads": 1, "max_positions": 3},
-                                                 "decoder_self", "test")
+    spec = RandomSynthesizerHeads.normalize_spec(
+        {"kind": "random_synthesizer", "num_heads": 1, "max_positions": 3}, "decoder_self", "test"
+    )
     heads = RandomSynthesizerHeads(spec, config, "decoder_self", 0, head_dim=1).eval()
     with torch.no_grad():
         heads.logits.copy_(torch.tensor([[[0.0, 5.0, 5.0], [1.0, 0.0, 9.0], [0.0, math.log(2.0), math.log(3.0)]]]))
@@ -143,8 +145,12 @@ def test_synthesizer_softmax_over_allowed_keys_by_hand(tiny_marian_kwargs):
     torch.testing.assert_close(heads(None, None, value, step, output_attentions=True)[1][0, 0, 0], expected[2])
     # a padded last key: row 2 renormalises over the real keys, softmax(0, log 2) = (1/3, 2/3)
     padded = AttentionContext(torch.tensor([[True, True, False]]), torch.arange(3), is_causal=True)
-    torch.testing.assert_close(heads(None, None, value, padded, output_attentions=True)[1][0, 0, 2],
-                               torch.tensor([1 / 3, 2 / 3, 0.0]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        heads(None, None, value, padded, output_attentions=True)[1][0, 0, 2],
+        torch.tensor([1 / 3, 2 / 3, 0.0]),
+        atol=1e-6,
+        rtol=0,
+    )
 
 
 # --- RAN inside the model ---------------------------------------------------------------------
@@ -176,12 +182,19 @@ def test_layers_attend_with_softmax_of_their_recurrent_logits():
 def test_weights_do_not_depend_on_the_tokens(name):
     model = make_model(layout=LAYOUTS[name])
     with torch.no_grad():
-        first = model(input_ids=torch.tensor([[5, 6, 7, 0]]), decoder_input_ids=torch.tensor([[PAD, 8, 9]]),
-                      output_attentions=True)
-        second = model(input_ids=torch.tensor([[20, 21, 22, 0]]), decoder_input_ids=torch.tensor([[PAD, 30, 31]]),
-                       output_attentions=True)
-    for a, b in zip(first.encoder_attentions + first.decoder_attentions,
-                    second.encoder_attentions + second.decoder_attentions):
+        first = model(
+            input_ids=torch.tensor([[5, 6, 7, 0]]),
+            decoder_input_ids=torch.tensor([[PAD, 8, 9]]),
+            output_attentions=True,
+        )
+        second = model(
+            input_ids=torch.tensor([[20, 21, 22, 0]]),
+            decoder_input_ids=torch.tensor([[PAD, 30, 31]]),
+            output_attentions=True,
+        )
+    for a, b in zip(
+        first.encoder_attentions + first.decoder_attentions, second.encoder_attentions + second.decoder_attentions
+    ):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
     assert not torch.equal(first.logits, second.logits)
 
@@ -310,7 +323,9 @@ def test_gradients_and_parameter_counts(tiny_marian_kwargs):
     # one transition per stack, counted once, shared by all its layers
     assert sum("transition.linear.weight" in name for name in names) == 2
 
-    fixed = make_model(layout={site: {**RAN, "freeze_initial": True} for site in ("encoder_self", "decoder_self")}).train()
+    fixed = make_model(
+        layout={site: {**RAN, "freeze_initial": True} for site in ("encoder_self", "decoder_self")}
+    ).train()
     assert fixed.num_parameters() == base - query_key + 2 * (per_stack - h * M * M)
     fixed(input_ids=torch.tensor([SOURCES[0]]), labels=torch.tensor([[14, 15, 0]])).loss.backward()
     for site in ("encoder_self", "decoder_self"):
@@ -354,8 +369,9 @@ def test_padded_batch_equals_each_example_alone(name):
     source, source_mask = right_padded(SOURCES)
     target, target_mask = right_padded(TARGETS)
     with torch.no_grad():
-        batch_logits = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target,
-                             decoder_attention_mask=target_mask).logits
+        batch_logits = model(
+            input_ids=source, attention_mask=source_mask, decoder_input_ids=target, decoder_attention_mask=target_mask
+        ).logits
         for row, (src, tgt) in enumerate(zip(SOURCES, TARGETS)):
             alone = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([tgt])).logits
             torch.testing.assert_close(batch_logits[row, : len(tgt)], alone[0], atol=1e-5, rtol=0)
@@ -371,8 +387,13 @@ def test_cached_steps_equal_the_full_forward(name):
         encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
         cache, steps = None, []
         for position in range(target.shape[1]):
-            out = model(encoder_outputs=encoder_outputs, attention_mask=source_mask, use_cache=True,
-                        decoder_input_ids=target[:, position : position + 1], past_key_values=cache)
+            out = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=source_mask,
+                use_cache=True,
+                decoder_input_ids=target[:, position : position + 1],
+                past_key_values=cache,
+            )
             cache, steps = out.past_key_values, steps + [out.logits]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
 
@@ -399,8 +420,12 @@ def test_save_and_load_round_trip(name, tmp_path):
             assert torch.equal(tensor, original_tensors[tensor_name]), tensor_name
     source, target = torch.tensor([SOURCES[0]]), torch.tensor([TARGETS[0]])
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=source, decoder_input_ids=target).logits,
-                                   model(input_ids=source, decoder_input_ids=target).logits, atol=0, rtol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=source, decoder_input_ids=target).logits,
+            model(input_ids=source, decoder_input_ids=target).logits,
+            atol=0,
+            rtol=0,
+        )
 
 
 # --- layout validation ---------------------------------------------------------------------------
@@ -437,8 +462,10 @@ def test_cross_attention_is_refused(tiny_marian_kwargs, kind):
     [
         ({**RAN, "max_positions": 2 * M}, "attention_layout.encoder_self[1].max_positions"),
         ({**RAN, "freeze_initial": True}, "attention_layout.encoder_self[1].freeze_initial"),
-        ({"groups": [{**RAN, "num_heads": 2}, {"kind": "dot"}]},
-         "attention_layout.encoder_self[1].groups[0].num_heads"),
+        (
+            {"groups": [{**RAN, "num_heads": 2}, {"kind": "dot"}]},
+            "attention_layout.encoder_self[1].groups[0].num_heads",
+        ),
         ({"groups": [{**RAN, "num_heads": 2}, {**RAN, "num_heads": 2}]}, "attention_layout.encoder_self[1].groups"),
     ],
 )
@@ -454,12 +481,23 @@ def test_specs_are_normalized_idempotently_with_the_papers_defaults(tiny_marian_
         **tiny_marian_kwargs,
     )
     encoder_spec = config.attention_layout["encoder_self"][0]["groups"][0]
-    assert encoder_spec == {"kind": "recurrent", "num_heads": 4, "max_positions": 256, "transition": "tanh_ln",
-                            "transition_ffn_dim": None, "layer_norm_residual": True, "freeze_initial": False,
-                            "attention_dropout": 0.2}
+    assert encoder_spec == {
+        "kind": "recurrent",
+        "num_heads": 4,
+        "max_positions": 256,
+        "transition": "tanh_ln",
+        "transition_ffn_dim": None,
+        "layer_norm_residual": True,
+        "freeze_initial": False,
+        "attention_dropout": 0.2,
+    }
     assert config.attention_layout["decoder_self"][0]["groups"][0]["transition_ffn_dim"] == 1024
     again = SimpleAttnMarianConfig(attention_layout=config.attention_layout, **tiny_marian_kwargs)
     assert again.attention_layout == config.attention_layout
     synthesizer = SimpleAttnMarianConfig(attention_layout={"encoder_self": "random_synthesizer"}, **tiny_marian_kwargs)
     assert synthesizer.attention_layout["encoder_self"][0]["groups"][0] == {
-        "kind": "random_synthesizer", "num_heads": 4, "max_positions": 256, "attention_dropout": None}
+        "kind": "random_synthesizer",
+        "num_heads": 4,
+        "max_positions": 256,
+        "attention_dropout": None,
+    }

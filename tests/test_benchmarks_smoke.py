@@ -41,11 +41,33 @@ def load(path):
 
 def test_decoding_benchmark(tmp_path):
     output = tmp_path / "decoding.json"
-    bench_decoding.main([
-        "--sizes", "tiny", "--models", "MarianMTModel", "base", "hc-sa", "hc-sa:reference", "--batch-sizes", "1", "3",
-        "--beams", "1", "2", "--new-tokens", "3", "--single-sentences", "2", "--repeats", "2", "--threads", "1",
-        "--output", str(output),
-    ])
+    bench_decoding.main(
+        [
+            "--sizes",
+            "tiny",
+            "--models",
+            "MarianMTModel",
+            "base",
+            "hc-sa",
+            "hc-sa:reference",
+            "--batch-sizes",
+            "1",
+            "3",
+            "--beams",
+            "1",
+            "2",
+            "--new-tokens",
+            "3",
+            "--single-sentences",
+            "2",
+            "--repeats",
+            "2",
+            "--threads",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
     data = load(output)
     assert [(c["batch_size"], c["num_beams"]) for c in data["cells"]] == [(1, 1), (1, 2), (3, 1), (3, 2)]
     for cell in data["cells"]:
@@ -59,11 +81,32 @@ def test_decoding_benchmark(tmp_path):
 
 def test_training_benchmark(tmp_path):
     output = tmp_path / "training.json"
-    bench_training.main([
-        "--sizes", "tiny", "--models", "MarianMTModel", "base", "hc-sa", "--batch-size", "2", "--source-length", "6",
-        "--target-length", "5", "--memory-batch-sizes", "1", "2", "4", "--repeats", "2", "--threads", "1",
-        "--output", str(output),
-    ])
+    bench_training.main(
+        [
+            "--sizes",
+            "tiny",
+            "--models",
+            "MarianMTModel",
+            "base",
+            "hc-sa",
+            "--batch-size",
+            "2",
+            "--source-length",
+            "6",
+            "--target-length",
+            "5",
+            "--memory-batch-sizes",
+            "1",
+            "2",
+            "4",
+            "--repeats",
+            "2",
+            "--threads",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
     data = load(output)
     models = data["sizes"][0]["models"]
     for name, entry in models.items():
@@ -75,11 +118,33 @@ def test_training_benchmark(tmp_path):
     assert models["base"]["loss_chunk_size"] > 0  # our models train with the chunked loss by default
 
     full_logits = tmp_path / "training_full_logits.json"
-    bench_training.main([
-        "--sizes", "tiny", "--models", "MarianMTModel", "base", "--batch-size", "2", "--source-length", "6",
-        "--target-length", "5", "--memory-batch-sizes", "1", "2", "4", "--repeats", "1", "--threads", "1",
-        "--loss-chunk-size", "0", "--output", str(full_logits),
-    ])
+    bench_training.main(
+        [
+            "--sizes",
+            "tiny",
+            "--models",
+            "MarianMTModel",
+            "base",
+            "--batch-size",
+            "2",
+            "--source-length",
+            "6",
+            "--target-length",
+            "5",
+            "--memory-batch-sizes",
+            "1",
+            "2",
+            "4",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--loss-chunk-size",
+            "0",
+            "--output",
+            str(full_logits),
+        ]
+    )
     models = load(full_logits)["sizes"][0]["models"]
     # with full logits our base has Marian's parameters and activations: the same memory, up to a few small tensors
     for ours, marian in zip(models["base"]["memory"]["peak_bytes"], models["MarianMTModel"]["memory"]["peak_bytes"]):
@@ -88,11 +153,31 @@ def test_training_benchmark(tmp_path):
 
 def test_length_scaling_benchmark(tmp_path):
     output = tmp_path / "length_scaling.json"
-    bench_length_scaling.main([
-        "--size", "tiny", "--models", "BertModel", "base", "hc-sa-conv", "hc-sa-conv:reference",
-        "--lengths", "16", "32", "64", "--reference-max-length", "32", "--slope-from", "16", "--repeats", "1",
-        "--threads", "1", "--output", str(output),
-    ])
+    bench_length_scaling.main(
+        [
+            "--size",
+            "tiny",
+            "--models",
+            "BertModel",
+            "base",
+            "hc-sa-conv",
+            "hc-sa-conv:reference",
+            "--lengths",
+            "16",
+            "32",
+            "64",
+            "--reference-max-length",
+            "32",
+            "--slope-from",
+            "16",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
     models = load(output)["models"]
     assert models["hc-sa-conv"]["lengths"] == [16, 32, 64] and models["hc-sa-conv:reference"]["lengths"] == [16, 32]
     # the reference path builds (heads, n, n) tables; the convolution does not
@@ -112,15 +197,36 @@ def test_int8_benchmark(tmp_path):
         tokenizer.save_pretrained(tmp_path / preset)
         checkpoints.append(str(tmp_path / preset))
     output = tmp_path / "int8.json"
-    bench_int8.main(["--checkpoints", *checkpoints, "--sentences", "5", "--batch-size", "2", "--beams", "2",
-                     "--repeats", "2", "--threads", "1", "--output", str(output)])
+    bench_int8.main(
+        [
+            "--checkpoints",
+            *checkpoints,
+            "--sentences",
+            "5",
+            "--batch-size",
+            "2",
+            "--beams",
+            "2",
+            "--repeats",
+            "2",
+            "--threads",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
     with open(output) as handle:
         data = json.load(handle)
     assert data["sentences"] == 5 and data["environment"]["torch_threads"] == 1
     base, hc_sa = data["checkpoints"]
     onnx_engines = ["onnx-fp32", "onnx-int8"]
-    assert list(base["engines"]) == ["pytorch-fp32", "pytorch-int8", *onnx_engines, "ctranslate2-fp32",
-                                     "ctranslate2-int8"]
+    assert list(base["engines"]) == [
+        "pytorch-fp32",
+        "pytorch-int8",
+        *onnx_engines,
+        "ctranslate2-fp32",
+        "ctranslate2-int8",
+    ]
     assert list(hc_sa["engines"]) == ["pytorch-fp32", "pytorch-int8", *onnx_engines]  # CTranslate2: base only
     fp32 = base["engines"]["pytorch-fp32"]
     assert fp32["greedy"]["identical"] == 1.0 and fp32["vs_pytorch_fp32"]["beam_bleu_change"] == 0
@@ -130,7 +236,11 @@ def test_int8_benchmark(tmp_path):
         assert checkpoint["engines"]["onnx-fp32"]["beam"]["identical"] == 1.0
     assert fp32["greedy"]["sentences_per_second"]["n"] == 2
     assert [check["check"] for check in data["checks"]] == [
-        "base pytorch-int8", "base onnx-int8", "base ctranslate2-int8", "hc-sa pytorch-int8", "hc-sa onnx-int8"
+        "base pytorch-int8",
+        "base onnx-int8",
+        "base ctranslate2-int8",
+        "hc-sa pytorch-int8",
+        "hc-sa onnx-int8",
     ]
 
 
@@ -142,10 +252,34 @@ def test_shortlist_benchmark(tmp_path):
     model.save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
     output = tmp_path / "shortlist.json"
-    bench_shortlist.main(["--checkpoints", str(tmp_path / "base"), "--top-k", "3", "--frequent", "2", "--sentences", "5",
-                          "--batch-size", "2", "--beams", "2", "--threads", "1", "--large-size", "tiny",
-                          "--large-tokens", "3", "--large-repeats", "2", "--large-decode-repeats", "1",
-                          "--output", str(output)])
+    bench_shortlist.main(
+        [
+            "--checkpoints",
+            str(tmp_path / "base"),
+            "--top-k",
+            "3",
+            "--frequent",
+            "2",
+            "--sentences",
+            "5",
+            "--batch-size",
+            "2",
+            "--beams",
+            "2",
+            "--threads",
+            "1",
+            "--large-size",
+            "tiny",
+            "--large-tokens",
+            "3",
+            "--large-repeats",
+            "2",
+            "--large-decode-repeats",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
     with open(output) as handle:
         data = json.load(handle)
     assert data["environment"]["torch_threads"] == 1
@@ -160,11 +294,40 @@ def test_shortlist_benchmark(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 missing")
 def test_deployment_benchmark(tmp_path):
     output = tmp_path / "deployment.json"
-    bench_deployment.main(["--size", "tiny", "--presets", "base", "sh-x", "--engines", "MarianMTModel",
-                           "ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-int8+vmap", "eager", "int8",
-                           "shortlist", "int8+shortlist", "onnx+shortlist",
-                           "--batch-sizes", "2", "--beams", "1", "2", "--new-tokens", "3", "--shortlist-top-k", "3",
-                           "--repeats", "1", "--threads", "1", "--output", str(output)])
+    bench_deployment.main(
+        [
+            "--size",
+            "tiny",
+            "--presets",
+            "base",
+            "sh-x",
+            "--engines",
+            "MarianMTModel",
+            "ctranslate2-fp32",
+            "ctranslate2-int8",
+            "ctranslate2-int8+vmap",
+            "eager",
+            "int8",
+            "shortlist",
+            "int8+shortlist",
+            "onnx+shortlist",
+            "--batch-sizes",
+            "2",
+            "--beams",
+            "1",
+            "2",
+            "--new-tokens",
+            "3",
+            "--shortlist-top-k",
+            "3",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
     data = load(output)
     assert [(cell["batch_size"], cell["num_beams"]) for cell in data["cells"]] == [(2, 1), (2, 2)]
     engines = ["MarianMTModel", "ctranslate2-fp32", "ctranslate2-int8", "ctranslate2-int8+vmap"] + [
@@ -180,13 +343,38 @@ def test_deployment_benchmark(tmp_path):
 
 def test_beam_profile(tmp_path):
     output = tmp_path / "profile_beam.json"
-    data = profile_beam.main(["--size", "tiny", "--presets", "sh-x", "--engines", "ctranslate2-fp32", "eager",
-                              "--batch-size", "2", "--beams", "2", "--new-tokens", "3", "--threads", "1",
-                              "--length-control", "min-new-tokens", "--output", str(output)])
+    data = profile_beam.main(
+        [
+            "--size",
+            "tiny",
+            "--presets",
+            "sh-x",
+            "--engines",
+            "ctranslate2-fp32",
+            "eager",
+            "--batch-size",
+            "2",
+            "--beams",
+            "2",
+            "--new-tokens",
+            "3",
+            "--threads",
+            "1",
+            "--length-control",
+            "min-new-tokens",
+            "--output",
+            str(output),
+        ]
+    )
     assert json.loads(output.read_text())["engines"].keys() == {"ctranslate2-fp32", "base/eager", "sh-x/eager"}
     assert data["engines"]["ctranslate2-fp32"]["sections"] == {}  # C++: timed as a whole
     sections = data["engines"]["sh-x/eager"]["sections"]
-    for label in ("model forward (PyTorch)", "logits processors", "top-k continuations", "cache reorder (PyTorch cache)"):
+    for label in (
+        "model forward (PyTorch)",
+        "logits processors",
+        "top-k continuations",
+        "cache reorder (PyTorch cache)",
+    ):
         assert 0 < sections[label]["share"] < 1, label
 
 

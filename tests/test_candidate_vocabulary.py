@@ -48,8 +48,10 @@ def test_token_ids_become_candidate_indices():
     assert int(search_config._pad_token_tensor) == 3 and search_config._eos_token_tensor.tolist() == [0]
     assert vocabulary.to_vocabulary(torch.tensor([[3, 2, 0, -1]])).tolist() == [[39, 7, 0, -1]]
     hidden_states = torch.randn(2, TINY_MARIAN["d_model"])
-    assert torch.allclose(vocabulary.logits(hidden_states), model.lm_head(hidden_states)[:, CANDIDATE_IDS]
-                          + model.final_logits_bias[0, CANDIDATE_IDS])
+    assert torch.allclose(
+        vocabulary.logits(hidden_states),
+        model.lm_head(hidden_states)[:, CANDIDATE_IDS] + model.final_logits_bias[0, CANDIDATE_IDS],
+    )
 
 
 @pytest.mark.parametrize(

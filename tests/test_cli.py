@@ -59,7 +59,10 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "hf_simple_attn.cli", "presets"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
     )
     process.stdout.close()
     stderr = process.stderr.read().decode()
@@ -71,8 +74,14 @@ def test_layout_table_shows_per_head_lists_once():
     from hf_simple_attn import SimpleAttnMarianConfig
     from hf_simple_attn.analysis import layout_table
 
-    config = SimpleAttnMarianConfig.from_preset("local-4tied", encoder_layers=1, decoder_layers=1, d_model=64,
-                                                encoder_attention_heads=8, decoder_attention_heads=8)
+    config = SimpleAttnMarianConfig.from_preset(
+        "local-4tied",
+        encoder_layers=1,
+        decoder_layers=1,
+        d_model=64,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+    )
     row = "| 0 | 8 × local (masks identity,band-2; query_key_sets 4) | 8 × dot | 8 × dot | yes | yes |"
     assert row in layout_table(config)
 
@@ -92,21 +101,44 @@ def saved_model(preset: str, tokenizer, folder):
 
 @needs_ctranslate2
 def test_export_ctranslate2_writes_a_model_and_refuses_other_layouts(tmp_path, tiny_tokenizer, capsys):
-    main(["export", str(saved_model("base", tiny_tokenizer, tmp_path / "base")), str(tmp_path / "ct2"),
-          "--format", "ctranslate2", "--quantization", "int8"])
+    main(
+        [
+            "export",
+            str(saved_model("base", tiny_tokenizer, tmp_path / "base")),
+            str(tmp_path / "ct2"),
+            "--format",
+            "ctranslate2",
+            "--quantization",
+            "int8",
+        ]
+    )
     assert "ctranslate2 model written to" in capsys.readouterr().out
     assert (tmp_path / "ct2" / "model.bin").is_file()
     with pytest.raises(SystemExit) as stop:
-        main(["export", str(saved_model("hc-sa", tiny_tokenizer, tmp_path / "hc-sa")), str(tmp_path / "no"),
-              "--format", "ctranslate2"])
+        main(
+            [
+                "export",
+                str(saved_model("hc-sa", tiny_tokenizer, tmp_path / "hc-sa")),
+                str(tmp_path / "no"),
+                "--format",
+                "ctranslate2",
+            ]
+        )
     assert stop.value.code == 2
     assert "export_onnx" in capsys.readouterr().err and not (tmp_path / "no" / "model.bin").exists()
 
 
 @needs_onnxruntime
 def test_export_onnx_writes_the_encoder_and_decoder_graphs(tmp_path, tiny_tokenizer, capsys):
-    main(["export", str(saved_model("hc-sa", tiny_tokenizer, tmp_path / "hc-sa")), str(tmp_path / "onnx"),
-          "--format", "onnx"])
+    main(
+        [
+            "export",
+            str(saved_model("hc-sa", tiny_tokenizer, tmp_path / "hc-sa")),
+            str(tmp_path / "onnx"),
+            "--format",
+            "onnx",
+        ]
+    )
     assert "onnx model written to" in capsys.readouterr().out
     for graph in ("encoder.onnx", "decoder_with_past.onnx", "output_layer.onnx"):
         assert (tmp_path / "onnx" / graph).is_file()
@@ -117,5 +149,7 @@ def test_export_onnx_writes_the_encoder_and_decoder_graphs(tmp_path, tiny_tokeni
     assert any(weight.data_type == onnx.TensorProto.INT8 for weight in graph.initializer)
     assert (tmp_path / "onnx8" / "tokenizer.json").is_file() and (tmp_path / "onnx8" / "config.json").is_file()
     with pytest.raises(SystemExit) as stop:
-        main(["export", str(tmp_path / "hc-sa"), str(tmp_path / "onnx8"), "--format", "onnx", "--quantization", "int8"])
+        main(
+            ["export", str(tmp_path / "hc-sa"), str(tmp_path / "onnx8"), "--format", "onnx", "--quantization", "int8"]
+        )
     assert stop.value.code == 2 and "exists" in capsys.readouterr().err

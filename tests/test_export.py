@@ -138,7 +138,11 @@ def test_decoding_state_layout_follows_the_families():
     ]
     no_self = DecoderStepForExport(make_model("sh-x-no-sa", **SIZES))
     assert no_self.past == [] and no_self.input_names == [
-        "input_ids", "decoder_attention_mask", "encoder_attention_mask", "cross.1.key", "cross.1.value"
+        "input_ids",
+        "decoder_attention_mask",
+        "encoder_attention_mask",
+        "cross.1.key",
+        "cross.1.value",
     ]
 
 
@@ -234,8 +238,9 @@ def test_onnx_int8_computes_the_tied_output_layer_in_int8(tmp_path):
     table. It must be an int8 GEMM like every other weight."""
     onnx = pytest.importorskip("onnx")
     vocab_size = 300
-    model = make_model("base", vocab_size=vocab_size, pad_token_id=vocab_size - 1,
-                       decoder_start_token_id=vocab_size - 1)
+    model = make_model(
+        "base", vocab_size=vocab_size, pad_token_id=vocab_size - 1, decoder_start_token_id=vocab_size - 1
+    )
     assert model.lm_head.weight is model.get_input_embeddings().weight
     int8_dir = quantize_onnx_int8(export_onnx(model, tmp_path / "float32"), tmp_path / "int8")
     graph = onnx.load(int8_dir / "output_layer.onnx").graph
@@ -281,8 +286,9 @@ def test_onnx_shortlist_searches_the_candidates_with_every_generation_option(tmp
     hypotheses equal the PyTorch model's whole-vocabulary search. An option that cannot be carried (a forced token
     outside the candidates) searches the whole vocabulary, with the same result. Token ids: pad 1 and eos 5, so
     that pad is the first candidate while beam search fills with pad (transformers fills with eos for pad id 0)."""
-    model = make_model("hc-sa", **SIZES, pad_token_id=1, decoder_start_token_id=1, eos_token_id=5,
-                       forced_eos_token_id=5)
+    model = make_model(
+        "hc-sa", **SIZES, pad_token_id=1, decoder_start_token_id=1, eos_token_id=5, forced_eos_token_id=5
+    )
     vocab_size = model.config.vocab_size
     generator = torch.Generator().manual_seed(7)
     candidates = torch.randint(2, vocab_size, (vocab_size, 3), generator=generator, dtype=torch.int32)
@@ -312,8 +318,11 @@ def test_onnx_shortlist_searches_the_candidates_with_every_generation_option(tmp
     finished_early = expected[:, -1] == 1
     assert finished_early.any() and not finished_early.all()
 
-    outside = [token for token in range(2, vocab_size) if not model.shortlist.candidate_mask(
-        input_ids, attention_mask).any(dim=0)[token]][0]
+    outside = [
+        token
+        for token in range(2, vocab_size)
+        if not model.shortlist.candidate_mask(input_ids, attention_mask).any(dim=0)[token]
+    ][0]
     options = dict(num_beams=2, max_new_tokens=8, forced_bos_token_id=outside)
     expected = model.generate(**source, **options)
     assert expected[0, 1] == outside

@@ -54,8 +54,9 @@ def right_padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def logits(model, source, source_mask, target, target_mask=None) -> torch.Tensor:
     with torch.no_grad():
-        return model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target,
-                     decoder_attention_mask=target_mask).logits
+        return model(
+            input_ids=source, attention_mask=source_mask, decoder_input_ids=target, decoder_attention_mask=target_mask
+        ).logits
 
 
 def test_every_registered_family_is_covered():
@@ -75,14 +76,25 @@ def test_shapes_and_attention_weights(kind, site):
     source, source_mask = right_padded(SOURCES)
     target, target_mask = right_padded(TARGETS)
     with torch.no_grad():
-        output = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target,
-                       decoder_attention_mask=target_mask, output_attentions=True)
+        output = model(
+            input_ids=source,
+            attention_mask=source_mask,
+            decoder_input_ids=target,
+            decoder_attention_mask=target_mask,
+            output_attentions=True,
+        )
     batch, source_length, target_length = source.shape[0], source.shape[1], target.shape[1]
     heads = {site: model.config.attention_layout[site][0]["num_heads"] for site in SITES}
     assert output.logits.shape == (batch, target_length, TINY_MARIAN["vocab_size"])
     expected = {
-        "encoder_attentions": (TINY_MARIAN["encoder_layers"], (batch, heads["encoder_self"], source_length, source_length)),
-        "decoder_attentions": (TINY_MARIAN["decoder_layers"], (batch, heads["decoder_self"], target_length, target_length)),
+        "encoder_attentions": (
+            TINY_MARIAN["encoder_layers"],
+            (batch, heads["encoder_self"], source_length, source_length),
+        ),
+        "decoder_attentions": (
+            TINY_MARIAN["decoder_layers"],
+            (batch, heads["decoder_self"], target_length, target_length),
+        ),
         "cross_attentions": (TINY_MARIAN["decoder_layers"], (batch, heads["cross"], target_length, source_length)),
     }
     for name, (layers, shape) in expected.items():
@@ -97,8 +109,9 @@ def test_decoder_never_sees_later_tokens(kind, site):
     source, target = torch.tensor([SOURCES[0]]), torch.tensor([TARGETS[0]])
     changed = target.clone()
     changed[0, 3:] = torch.tensor([25, 26, 27])
-    torch.testing.assert_close(logits(model, source, None, target)[:, :3],
-                               logits(model, source, None, changed)[:, :3], atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        logits(model, source, None, target)[:, :3], logits(model, source, None, changed)[:, :3], atol=1e-6, rtol=0
+    )
 
 
 @pytest.mark.parametrize("kind, site", MODELS)
@@ -125,9 +138,13 @@ def test_cached_steps_equal_the_full_forward_on_both_paths(kind, site):
             encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
             cache, steps = None, []
             for position in range(target.shape[1]):
-                step = model(encoder_outputs=encoder_outputs, attention_mask=source_mask,
-                             decoder_input_ids=target[:, position : position + 1], past_key_values=cache,
-                             use_cache=True)
+                step = model(
+                    encoder_outputs=encoder_outputs,
+                    attention_mask=source_mask,
+                    decoder_input_ids=target[:, position : position + 1],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
                 cache = step.past_key_values
                 steps.append(step.logits)
         torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
@@ -152,8 +169,9 @@ def test_save_and_load_give_the_same_model(kind, site, tmp_path):
     reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert reloaded.config.attention_layout == model.config.attention_layout
     source, target = torch.tensor([SOURCES[0]]), torch.tensor([TARGETS[0]])
-    torch.testing.assert_close(logits(reloaded, source, None, target), logits(model, source, None, target),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        logits(reloaded, source, None, target), logits(model, source, None, target), atol=0, rtol=0
+    )
 
 
 @pytest.mark.parametrize("kind", ENCODER_KINDS)
@@ -169,13 +187,18 @@ def test_encoder_model_padding_paths_and_save_load(kind, tmp_path):
             alone = model(input_ids=torch.tensor([one])).last_hidden_state
             torch.testing.assert_close(hidden[row, : len(one)], alone[0], atol=1e-5, rtol=0)
         set_attention_fast_paths(model, False)
-        torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).last_hidden_state, hidden,
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            model(input_ids=ids, attention_mask=mask).last_hidden_state, hidden, atol=1e-5, rtol=1e-5
+        )
         set_attention_fast_paths(model, True)
     heads = TINY_BERT["num_attention_heads"]
     assert all(tuple(layer.shape) == (2, heads, ids.shape[1], ids.shape[1]) for layer in output.attentions)
     model.save_pretrained(tmp_path)
     reloaded = AutoModel.from_pretrained(tmp_path).eval()
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).last_hidden_state,
-                                   model(input_ids=ids, attention_mask=mask).last_hidden_state, atol=0, rtol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=ids, attention_mask=mask).last_hidden_state,
+            model(input_ids=ids, attention_mask=mask).last_hidden_state,
+            atol=0,
+            rtol=0,
+        )

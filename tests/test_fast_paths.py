@@ -29,14 +29,22 @@ LAYOUTS = {
     "ran-all": {"encoder_self": RAN, "decoder_self": RAN},
     "syn-r": {"encoder_self": SYN, "decoder_self": SYN},
     "local-renormalized": {
-        "encoder_self": {"kind": "local", "masks": ["identity", "prev-1", "next-2", "band-2", "band-1"],
-                         "query_key_sets": 3, "renormalize": True},
+        "encoder_self": {
+            "kind": "local",
+            "masks": ["identity", "prev-1", "next-2", "band-2", "band-1"],
+            "query_key_sets": 3,
+            "renormalize": True,
+        },
         "decoder_self": {"kind": "local", "masks": ["prev-1", "band-2", "next-1", "identity"], "renormalize": True},
     },
     "hc-sigma2-window5": {
         "encoder_self": {"kind": "hard_coded", "sigma": 2.0, "window": 5, "offsets": [-2, 0, 3]},
-        "decoder_self": {"groups": [{"kind": "hard_coded", "num_heads": 2, "sigma": 2.0, "offsets": [-3, 0]},
-                                    {"kind": "hard_coded", "indexing": True, "offsets": [-1]}]},
+        "decoder_self": {
+            "groups": [
+                {"kind": "hard_coded", "num_heads": 2, "sigma": 2.0, "offsets": [-3, 0]},
+                {"kind": "hard_coded", "indexing": True, "offsets": [-1]},
+            ]
+        },
         "cross": {"kind": "hard_coded", "centre": "continuous", "window": 3},
     },
 }
@@ -188,16 +196,27 @@ def test_model_fast_paths_equal_reference(name):
         encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
         cache, steps = None, []
         for position in range(TARGET_LENGTH):
-            output = model(encoder_outputs=encoder_outputs, attention_mask=source_mask,
-                           decoder_input_ids=target[:, position : position + 1], past_key_values=cache, use_cache=True)
+            output = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=source_mask,
+                decoder_input_ids=target[:, position : position + 1],
+                past_key_values=cache,
+                use_cache=True,
+            )
             cache = output.past_key_values
             steps.append(output.logits)
         torch.testing.assert_close(torch.cat(steps, dim=1), reference, atol=1e-5, rtol=1e-5)
         assert cache.get_seq_length() == TARGET_LENGTH
 
         for num_beams in (1, 3):
-            kwargs = dict(input_ids=source, attention_mask=source_mask, max_new_tokens=20, min_new_tokens=20,
-                          num_beams=num_beams, do_sample=False)
+            kwargs = dict(
+                input_ids=source,
+                attention_mask=source_mask,
+                max_new_tokens=20,
+                min_new_tokens=20,
+                num_beams=num_beams,
+                do_sample=False,
+            )
             fast, reference = both_paths(model, lambda: model.generate(**kwargs))
             assert torch.equal(fast, reference)
 
@@ -209,8 +228,14 @@ def test_windowed_decoder_cache_keeps_only_the_window(name, kept):
     but still counts every position; beam search reorders the window."""
     model = make_model(name, LAYOUTS[name])
     source, source_mask = padded_batch(12, seed=3)
-    kwargs = dict(input_ids=source, attention_mask=source_mask, max_new_tokens=15, min_new_tokens=15, do_sample=False,
-                  return_dict_in_generate=True)
+    kwargs = dict(
+        input_ids=source,
+        attention_mask=source_mask,
+        max_new_tokens=15,
+        min_new_tokens=15,
+        do_sample=False,
+        return_dict_in_generate=True,
+    )
     with torch.no_grad():
         for num_beams in (1, 3):
             output = model.generate(**kwargs, num_beams=num_beams)
@@ -256,8 +281,9 @@ def test_output_attentions_use_the_reference_path_and_the_same_outputs():
     target, _ = padded_batch(8, seed=5)
     with torch.no_grad():
         plain = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target)
-        with_weights = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target,
-                             output_attentions=True)
+        with_weights = model(
+            input_ids=source, attention_mask=source_mask, decoder_input_ids=target, output_attentions=True
+        )
     torch.testing.assert_close(with_weights.logits, plain.logits, atol=1e-5, rtol=1e-5)
     assert with_weights.encoder_attentions[0].shape == (2, 4, SOURCE_LENGTH, SOURCE_LENGTH)
 
@@ -304,8 +330,14 @@ def test_bert_encoder_fast_paths_equal_reference(preset):
     torch.manual_seed(0)
     layout = {"attention_layout": BERT_LAYOUTS[preset]} if preset in BERT_LAYOUTS else {}
     config = SimpleAttnBertConfig.from_preset(
-        preset, vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-        max_position_embeddings=128, **layout,
+        preset,
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=128,
+        **layout,
     )
     model = SimpleAttnBertModel(config).eval()
     ids = torch.randint(1, 50, (2, 60), generator=torch.Generator().manual_seed(9))

@@ -100,8 +100,12 @@ def test_hard_coded_layers_have_no_query_key_parameters(tiny_marian_kwargs):
 def test_model_attention_outputs_are_the_weights_used(tiny_marian_kwargs):
     model = SimpleAttnMarianMTModel(SimpleAttnMarianConfig.from_preset("hc-sa", **tiny_marian_kwargs)).eval()
     ids = torch.tensor([[5, 6, 7, 0, 39]])
-    out = model(input_ids=ids, attention_mask=(ids != 39).long(), decoder_input_ids=torch.tensor([[39, 5, 6]]),
-                output_attentions=True)
+    out = model(
+        input_ids=ids,
+        attention_mask=(ids != 39).long(),
+        decoder_input_ids=torch.tensor([[39, 5, 6]]),
+        output_attentions=True,
+    )
     encoder_weights = out.encoder_attentions[0][0]  # (heads, 5, 5), offsets -1, +1 cycled
     torch.testing.assert_close(encoder_weights[0, 2], torch.tensor([N1, N0, N1, N2, 0.0]), atol=1e-6, rtol=0)
     torch.testing.assert_close(encoder_weights[1, 2], torch.tensor([N3, N2, N1, N0, 0.0]), atol=1e-6, rtol=0)

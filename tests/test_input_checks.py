@@ -152,7 +152,14 @@ def test_source_beyond_encoder_max_positions_raises_before_decoding():
 
 
 def test_special_token_ids_outside_the_vocabulary_name_the_field():
-    config = SimpleAttnMarianConfig.from_preset("base", vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1,
-                                                encoder_attention_heads=2, decoder_attention_heads=2)
+    config = SimpleAttnMarianConfig.from_preset(
+        "base",
+        vocab_size=50,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+    )
     with pytest.raises(ValueError, match=r"pad_token_id: 58100 is outside the vocabulary of vocab_size=50"):
         SimpleAttnMarianMTModel(config)

@@ -198,7 +198,9 @@ def test_classification_metrics_equal_scikit_learn_with_evaluate_arguments(metri
     accuracy = metrics.load_metric("accuracy")
     references, predictions = MULTI_REFERENCES, MULTI_PREDICTIONS
     for kwargs in (
-        {"sample_weight": MULTI_WEIGHTS}, {"normalize": False}, {"normalize": False, "sample_weight": [2] * 6},
+        {"sample_weight": MULTI_WEIGHTS},
+        {"normalize": False},
+        {"normalize": False, "sample_weight": [2] * 6},
     ):
         expected = sk.accuracy_score(references, predictions, **kwargs)
         assert accuracy.compute(**multi, **kwargs)["accuracy"] == pytest.approx(expected)
@@ -226,11 +228,13 @@ def test_classification_metrics_equal_scikit_learn_with_evaluate_arguments(metri
     result = metrics.load_metric("classification").compute(
         **multi, average="macro", normalize=False, sample_weight=MULTI_WEIGHTS
     )
-    assert result == pytest.approx({
-        "accuracy": sk.accuracy_score(references, predictions, normalize=False, sample_weight=MULTI_WEIGHTS),
-        "f1": sk.f1_score(references, predictions, average="macro", sample_weight=MULTI_WEIGHTS),
-        "matthews_correlation": sk.matthews_corrcoef(references, predictions, sample_weight=MULTI_WEIGHTS),
-    })
+    assert result == pytest.approx(
+        {
+            "accuracy": sk.accuracy_score(references, predictions, normalize=False, sample_weight=MULTI_WEIGHTS),
+            "f1": sk.f1_score(references, predictions, average="macro", sample_weight=MULTI_WEIGHTS),
+            "matthews_correlation": sk.matthews_corrcoef(references, predictions, sample_weight=MULTI_WEIGHTS),
+        }
+    )
 
 
 def test_multilabel_configurations_equal_scikit_learn(metrics):
@@ -280,8 +284,6 @@ def test_combine_matches_the_classification_metric(evaluate, metrics):
     )
     assert combined.compute() == pytest.approx(expected)
 
-    translation = evaluate.combine(
-        [metrics.load_metric("sacrebleu"), metrics.load_metric("chrf")], force_prefix=True
-    )
+    translation = evaluate.combine([metrics.load_metric("sacrebleu"), metrics.load_metric("chrf")], force_prefix=True)
     result = translation.compute(predictions=HYPOTHESES, references=REFERENCES)
     assert {"sacrebleu_score", "sacrebleu_signature", "chrf_score", "chrf_signature"} <= set(result)

@@ -66,14 +66,20 @@ def tiny_model():
 
 def test_translation_pipeline_in_memory(tiny_tokenizer):
     model = tiny_model()
-    translator = pipeline("translation", model=model, tokenizer=tiny_tokenizer, config=model.config,
-                          pipeline_class=TranslationPipeline)
+    translator = pipeline(
+        "translation", model=model, tokenizer=tiny_tokenizer, config=model.config, pipeline_class=TranslationPipeline
+    )
     expected = expected_translations(model, tiny_tokenizer, max_new_tokens=7, num_beams=3)
-    assert TranslationPipeline(model=model, tokenizer=tiny_tokenizer)(SENTENCES, max_new_tokens=7, num_beams=3) == expected
+    assert (
+        TranslationPipeline(model=model, tokenizer=tiny_tokenizer)(SENTENCES, max_new_tokens=7, num_beams=3)
+        == expected
+    )
     assert translator(SENTENCES, max_new_tokens=7, num_beams=3) == expected
     assert translator(SENTENCES, max_new_tokens=7, num_beams=3, batch_size=2) == expected
     assert translator(SENTENCES[0], max_new_tokens=7, num_beams=3) == [expected[0]]
-    token_ids = translator(SENTENCES[0], max_new_tokens=7, num_beams=3, return_tensors=True)[0]["translation_token_ids"]
+    token_ids = translator(SENTENCES[0], max_new_tokens=7, num_beams=3, return_tensors=True)[0][
+        "translation_token_ids"
+    ]
     assert tiny_tokenizer.decode(token_ids, skip_special_tokens=True) == expected[0]["translation_text"]
     two = translator(SENTENCES[0], max_new_tokens=7, num_beams=3, num_return_sequences=2)
     assert len(two) == 2 and two[0] == expected[0]
@@ -81,16 +87,24 @@ def test_translation_pipeline_in_memory(tiny_tokenizer):
     saved = model.config.to_dict()["custom_pipelines"]
     assert saved == {
         task: {"impl": f"pipeline_translation.{name}", "pt": ["AutoModelForSeq2SeqLM"]}
-        for task, name in (("translation", "TranslationPipeline"), ("summarization", "SummarizationPipeline"),
-                           ("text2text-generation", "Text2TextGenerationPipeline"))
+        for task, name in (
+            ("translation", "TranslationPipeline"),
+            ("summarization", "SummarizationPipeline"),
+            ("text2text-generation", "Text2TextGenerationPipeline"),
+        )
     }
 
 
 def test_translation_task_names_and_languages(tiny_tokenizer):
     model = tiny_model()
     expected = expected_translations(model, tiny_tokenizer, max_new_tokens=7)
-    translator = pipeline("translation_en_to_de", model=model, tokenizer=tiny_tokenizer, config=model.config,
-                          pipeline_class=TranslationPipeline)
+    translator = pipeline(
+        "translation_en_to_de",
+        model=model,
+        tokenizer=tiny_tokenizer,
+        config=model.config,
+        pipeline_class=TranslationPipeline,
+    )
     assert translator(SENTENCES, max_new_tokens=7) == expected
     # The model records no languages: src_lang / tgt_lang cannot be honoured, so they are refused.
     for kwargs in ({"src_lang": "en"}, {"tgt_lang": "fr"}):

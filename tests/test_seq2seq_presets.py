@@ -27,7 +27,10 @@ MIXED_LAYOUT = {
         "none",
         {"kind": "hard_coded", "indexing": True, "offsets": [-1]},
     ],
-    "cross": {"default": {"kind": "hard_coded", "centre": "continuous"}, "layers": {"last": {"kind": "dot", "num_heads": 2}}},
+    "cross": {
+        "default": {"kind": "hard_coded", "centre": "continuous"},
+        "layers": {"last": {"kind": "dot", "num_heads": 2}},
+    },
     "decoder_ffn": [True, False, True],
 }
 LAYOUTS = [(name, None) for name in hf_simple_attn.list_presets("seq2seq")] + [
@@ -67,8 +70,9 @@ def test_padded_batch_equals_each_example_alone(preset, layout):
     source, source_mask = right_padded(SOURCES)
     target, target_mask = right_padded(TARGETS)
     with torch.no_grad():
-        batch_logits = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target,
-                             decoder_attention_mask=target_mask).logits
+        batch_logits = model(
+            input_ids=source, attention_mask=source_mask, decoder_input_ids=target, decoder_attention_mask=target_mask
+        ).logits
         for row, (src, tgt) in enumerate(zip(SOURCES, TARGETS)):
             alone = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([tgt])).logits
             torch.testing.assert_close(batch_logits[row, : len(tgt)], alone[0], atol=1e-5, rtol=0)
@@ -84,8 +88,13 @@ def test_cached_decoding_equals_full_forward(preset, layout):
         encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
         cache, steps = None, []
         for position in range(target.shape[1]):
-            out = model(encoder_outputs=encoder_outputs, attention_mask=source_mask,
-                        decoder_input_ids=target[:, position : position + 1], past_key_values=cache, use_cache=True)
+            out = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=source_mask,
+                decoder_input_ids=target[:, position : position + 1],
+                past_key_values=cache,
+                use_cache=True,
+            )
             cache = out.past_key_values
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
@@ -96,8 +105,7 @@ def test_cached_decoding_equals_full_forward(preset, layout):
 def test_generate_with_cache_equals_without(preset, layout, num_beams):
     model = make_model(preset, layout)
     source, source_mask = right_padded(SOURCES)
-    kwargs = dict(input_ids=source, attention_mask=source_mask, max_new_tokens=8, num_beams=num_beams,
-                  do_sample=False)
+    kwargs = dict(input_ids=source, attention_mask=source_mask, max_new_tokens=8, num_beams=num_beams, do_sample=False)
     with torch.no_grad():
         cached = model.generate(use_cache=True, **kwargs)
         uncached = model.generate(use_cache=False, **kwargs)
@@ -121,8 +129,12 @@ def test_save_and_load_round_trip(preset, layout, tmp_path):
     source = torch.tensor([SOURCES[0]])
     target = torch.tensor([TARGETS[0]])
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=source, decoder_input_ids=target).logits,
-                                   model(input_ids=source, decoder_input_ids=target).logits, atol=0, rtol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=source, decoder_input_ids=target).logits,
+            model(input_ids=source, decoder_input_ids=target).logits,
+            atol=0,
+            rtol=0,
+        )
 
 
 @pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)
@@ -189,8 +201,14 @@ def test_trust_remote_code_loads_every_preset_without_the_package(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
     env["HF_HOME"] = str(tmp_path / "hf_home")
-    result = subprocess.run([sys.executable, "-c", REMOTE_LOAD, str(root)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_LOAD, str(root)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"loaded": len(LAYOUTS), "failures": []}

@@ -32,16 +32,35 @@ from hf_simple_attn.study_summary import load_results, paired_bootstrap, summari
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOY_ARGUMENTS = {
-    "dataset_name": "embedded", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "attention_heads": 2,
-    "ffn_dim": 32, "vocab_size": 300, "max_train_samples": 200, "max_eval_samples": 12, "max_predict_samples": 12,
-    "max_steps": 30, "per_device_train_batch_size": 8, "per_device_eval_batch_size": 12,
-    "val_max_target_length": 8, "logging_steps": 5, "learning_rate": 1e-3,
+    "dataset_name": "embedded",
+    "d_model": 16,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "attention_heads": 2,
+    "ffn_dim": 32,
+    "vocab_size": 300,
+    "max_train_samples": 200,
+    "max_eval_samples": 12,
+    "max_predict_samples": 12,
+    "max_steps": 30,
+    "per_device_train_batch_size": 8,
+    "per_device_eval_batch_size": 12,
+    "val_max_target_length": 8,
+    "logging_steps": 5,
+    "learning_rate": 1e-3,
 }
 
 
 def write_spec(folder: Path, **fields) -> Path:
-    spec = {"name": "toy", "task": "translation", "arguments": TOY_ARGUMENTS, "presets": ["base", "hc-sa"],
-            "seeds": [1], "save_steps": 5, "analyses": False}
+    spec = {
+        "name": "toy",
+        "task": "translation",
+        "arguments": TOY_ARGUMENTS,
+        "presets": ["base", "hc-sa"],
+        "seeds": [1],
+        "save_steps": 5,
+        "analyses": False,
+    }
     spec.update(fields)
     path = folder / "toy.json"
     path.write_text(json.dumps(spec), encoding="utf-8")
@@ -51,8 +70,16 @@ def write_spec(folder: Path, **fields) -> Path:
 def fake_result(study, run: Run, validation_bleu: float, sweep: bool) -> None:
     path = result_path(study, run, sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"preset": run.preset, "seed": run.seed, "validation": {"bleu": validation_bleu},
-                                "overrides": dict(run.overrides)}))
+    path.write_text(
+        json.dumps(
+            {
+                "preset": run.preset,
+                "seed": run.seed,
+                "validation": {"bleu": validation_bleu},
+                "overrides": dict(run.overrides),
+            }
+        )
+    )
 
 
 @pytest.mark.parametrize(
@@ -70,8 +97,10 @@ def fake_result(study, run: Run, validation_bleu: float, sweep: bool) -> None:
         ({"preset_arguments": {"base": {}}}, "preset_arguments.base must be a non-empty dict"),
         ({"preset_arguments": {"base": {"seed": 2}}}, "preset_arguments.base must be a non-empty dict"),
         (
-            {"preset_arguments": {"hc-sa": {"learning_rate": 1e-3}},
-             "sweep": {"settings": [{"learning_rate": 1e-3}], "groups": {"g": ["hc-sa"]}}},
+            {
+                "preset_arguments": {"hc-sa": {"learning_rate": 1e-3}},
+                "sweep": {"settings": [{"learning_rate": 1e-3}], "groups": {"g": ["hc-sa"]}},
+            },
             "'hc-sa' takes its options from its sweep group",
         ),
     ],
@@ -85,10 +114,14 @@ def test_bad_specs_name_the_field(tmp_path, fields, message):
 
 def test_the_sweep_chooses_on_validation_and_its_run_is_reused(tmp_path):
     settings = [{"learning_rate": 1e-3}, {"learning_rate": 5e-4}]
-    study = load_study(write_spec(
-        tmp_path, presets=["base", "hc-sa", "sh-x"], seeds={"default": [1], "hc-sa": [1, 2]},
-        sweep={"settings": settings, "groups": {"hc": ["hc-sa", "sh-x"]}},
-    ))
+    study = load_study(
+        write_spec(
+            tmp_path,
+            presets=["base", "hc-sa", "sh-x"],
+            seeds={"default": [1], "hc-sa": [1, 2]},
+            sweep={"settings": settings, "groups": {"hc": ["hc-sa", "sh-x"]}},
+        )
+    )
     assert [run.name for run in sweep_runs(study)] == ["hc-sa--lr0.001--seed1", "hc-sa--lr0.0005--seed1"]
     # base is outside every group: it runs at once with the spec's arguments; the group waits for its sweep.
     assert [None if run is None else run.name for run in main_runs(study)] == ["base--seed1", None, None, None]
@@ -112,7 +145,9 @@ def test_the_sweep_chooses_on_validation_and_its_run_is_reused(tmp_path):
 
 
 def test_preset_arguments_give_a_preset_outside_the_sweep_its_own_options(tmp_path):
-    study = load_study(write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}}))
+    study = load_study(
+        write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}})
+    )
     runs = main_runs(study)
     assert [run.name for run in runs] == ["base--seed1", "hc-sa--lr0.002--seed1"]
     learning_rates = []
@@ -124,7 +159,9 @@ def test_preset_arguments_give_a_preset_outside_the_sweep_its_own_options(tmp_pa
 
 
 def test_a_result_of_other_options_is_not_taken_for_the_run_the_spec_now_asks_for(tmp_path):
-    study = load_study(write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}}))
+    study = load_study(
+        write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}})
+    )
     old_run = Run("hc-sa", 1, (("learning_rate", 1e-3),))
     path = result_path(study, old_run)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +176,9 @@ def test_a_result_of_other_options_is_not_taken_for_the_run_the_spec_now_asks_fo
 
 
 def test_a_replaced_result_is_set_aside_not_overwritten(tmp_path):
-    study = load_study(write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}}))
+    study = load_study(
+        write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}})
+    )
     old_run, new_run = Run("hc-sa", 1, (("learning_rate", 1e-3),)), main_runs(study)[1]
     path = result_path(study, new_run)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +188,9 @@ def test_a_replaced_result_is_set_aside_not_overwritten(tmp_path):
     set_aside_other_run(path, new_run)
     superseded = path.parent / "superseded"
     assert sorted(file.name for file in superseded.iterdir()) == [
-        f"{old_run.name}.analysis.json", f"{old_run.name}.json", f"{old_run.name}.test.txt"
+        f"{old_run.name}.analysis.json",
+        f"{old_run.name}.json",
+        f"{old_run.name}.test.txt",
     ]
     assert not path.exists() and not path.with_suffix(".analysis.json").exists()
     path.write_text(json.dumps({"run": new_run.name}))
@@ -177,8 +218,9 @@ def fake_apertium(folder: Path) -> Path:
 def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{fake_apertium(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}")
     # Runs evaluate on validation every 15 steps as well (the spec's own options): the validation curve.
-    spec = write_spec(tmp_path, baselines=["apertium"],
-                      arguments=dict(TOY_ARGUMENTS, eval_strategy="steps", eval_steps=15))
+    spec = write_spec(
+        tmp_path, baselines=["apertium"], arguments=dict(TOY_ARGUMENTS, eval_strategy="steps", eval_steps=15)
+    )
     study = load_study(spec)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO_ROOT))
     command = [sys.executable, str(REPO_ROOT / "studies" / "run_study.py"), str(spec), "--jobs", "2", "--no_analyses"]
@@ -199,8 +241,19 @@ def test_a_killed_study_resumes_from_its_checkpoint_and_writes_every_result(tmp_
     result = json.loads(result_path(study, Run("base", 1)).read_text())
     assert result["resumed_from_step"] >= 10
     assert result["steps"] == 30
-    assert {"study", "preset", "seed", "task", "parameters", "train_seconds", "validation", "test",
-            "learning_rate", "loss_curve", "signatures"} <= set(result)
+    assert {
+        "study",
+        "preset",
+        "seed",
+        "task",
+        "parameters",
+        "train_seconds",
+        "validation",
+        "test",
+        "learning_rate",
+        "loss_curve",
+        "signatures",
+    } <= set(result)
     assert set(result["test"]) == {"bleu", "chrf"} and set(result["validation"]) == {"bleu", "chrf"}
     assert result["parameters"] > 0 and result["train_seconds"] > 0 and result["learning_rate"] == 1e-3
     assert [step for step, _ in result["loss_curve"]] == [5, 10, 15, 20, 25, 30]
@@ -283,8 +336,15 @@ def test_every_committed_study_spec_loads_and_its_script_accepts_every_option(sp
     assert study.name == spec.stem
     module = script_module(study)
     training_arguments = TrainingArguments if study.task == "classification" else Seq2SeqTrainingArguments
-    parser = HfArgumentParser((module.ModelArguments, module.DataTrainingArguments, module.AttentionArguments,
-                               module.ModelSizeArguments, training_arguments))
+    parser = HfArgumentParser(
+        (
+            module.ModelArguments,
+            module.DataTrainingArguments,
+            module.AttentionArguments,
+            module.ModelSizeArguments,
+            training_arguments,
+        )
+    )
     runs = sweep_runs(study) + [Run(preset, study.seeds_of(preset)[0]) for preset in study.presets]
     for run in runs:
         *_, remaining = parser.parse_args_into_dataclasses(command_for(study, run)[2:], return_remaining_strings=True)

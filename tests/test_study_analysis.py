@@ -41,8 +41,15 @@ PAIRS = [
 
 def tiny_config(preset, **options):
     """A preset at TINY_MARIAN's vocabulary, d_model 16, one layer per stack, 2 heads (options override)."""
-    sizes = {"d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
-             "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32}
+    sizes = {
+        "d_model": 16,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 32,
+        "decoder_ffn_dim": 32,
+    }
     return SimpleAttnMarianConfig.from_preset(preset, **{**TINY_MARIAN, **sizes, **options})
 
 
@@ -194,16 +201,26 @@ def test_analyze_checkpoint_writes_every_analysis_and_plot(checkpoints, tmp_path
     assert analysis["gmm_gates"][0]["gate"]["mean"] is not None
     assert analysis["bleu_by_length"]["0-10"] == {"count": 3, "bleu": pytest.approx(100.0)}  # all 3 pairs
     assert set(analysis["plots"]) == {
-        "entropy.png", "locality.png", "gmm_gates.png",
-        "heatmap-encoder_self-layer0.png", "heatmap-decoder_self-layer0.png", "heatmap-cross-layer0.png",
+        "entropy.png",
+        "locality.png",
+        "gmm_gates.png",
+        "heatmap-encoder_self-layer0.png",
+        "heatmap-decoder_self-layer0.png",
+        "heatmap-cross-layer0.png",
     }
     for name in analysis["plots"]:
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_analyze_run_writes_json_next_to_the_result_and_plots_apart(checkpoints, tmp_path, monkeypatch):
-    study = Study(name="toy", task="translation", arguments={}, presets=["hc-sa"], seeds={"default": [1]},
-                  spec_path=tmp_path / "toy.json")
+    study = Study(
+        name="toy",
+        task="translation",
+        arguments={},
+        presets=["hc-sa"],
+        seeds={"default": [1]},
+        spec_path=tmp_path / "toy.json",
+    )
     run = Run("hc-sa", 1)
     study.runs_dir.mkdir(parents=True)
     (study.runs_dir / run.name).symlink_to(checkpoints[0])
@@ -223,8 +240,18 @@ def test_cli_analyze_reads_a_jsonl_test_file(checkpoints, tmp_path, capsys):
     test_file = tmp_path / "test.jsonl"
     lines = [json.dumps({"translation": {"en": source, "de": target}}) for source, target in PAIRS]
     test_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    main(["analyze", str(checkpoints[0]), "--test_file", str(test_file), "--output_dir", str(tmp_path / "cli"),
-          "--max_sentences", "1"])
+    main(
+        [
+            "analyze",
+            str(checkpoints[0]),
+            "--test_file",
+            str(test_file),
+            "--output_dir",
+            str(tmp_path / "cli"),
+            "--max_sentences",
+            "1",
+        ]
+    )
     assert "1 sentences analysed" in capsys.readouterr().out
     analysis = json.loads((tmp_path / "cli" / "analysis.json").read_text())
     assert analysis["sentences"] == 1 and "retrieval_agreement" not in analysis

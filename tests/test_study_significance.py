@@ -34,7 +34,11 @@ def mean_score(totals: np.ndarray, size: int = 4) -> np.ndarray:
 def test_identical_systems_get_p_one():
     stats = np.array([0.2, 0.4, 0.6, 0.8])
     assert bootstrap_test(stats, stats.copy(), mean_score) == {
-        "baseline": 50.0, "score": 50.0, "mean": 50.0, "ci": 0.0, "p_value": 1.0
+        "baseline": 50.0,
+        "score": 50.0,
+        "mean": 50.0,
+        "ci": 0.0,
+        "p_value": 1.0,
     }
 
 
@@ -75,8 +79,11 @@ def test_per_summary_rouge_reproduces_the_runs_corpus_rouge(tmp_path):
     outcome = rouge_bootstrap(baseline, system, references)
     for outputs, key in ((baseline, "baseline"), (system, "score")):
         # As run_summarization's compute_metrics: one sentence per line, stemmed, mean F-measure x 100.
-        corpus = metric.compute(predictions=[split_sentences(text) for text in outputs],
-                                references=[split_sentences(text) for text in references], use_stemmer=True)
+        corpus = metric.compute(
+            predictions=[split_sentences(text) for text in outputs],
+            references=[split_sentences(text) for text in references],
+            use_stemmer=True,
+        )
         for name in ("rouge1", "rouge2", "rougeL"):
             assert outcome[name][key] == pytest.approx(round(corpus[name] * 100, 4), abs=1e-4)
 
@@ -140,14 +147,25 @@ def write_study(folder: Path, task: str, arguments: dict) -> Path:
 
 def summarization_study(folder: Path):
     rows = [{"text": text, "summary": summary} for text, summary in zip(TEXTS, SUMMARIES)]
-    files = {f"{split}_file": write_jsonl(folder / f"{split}.jsonl", rows) for split in ("train", "validation", "test")}
+    files = {
+        f"{split}_file": write_jsonl(folder / f"{split}.jsonl", rows) for split in ("train", "validation", "test")
+    }
     return load_study(write_study(folder, "summarization", dict(files, max_predict_samples=4)))
 
 
 def fake_run(study, preset: str, outputs: list[str], test: dict) -> None:
     study.results_dir.mkdir(parents=True, exist_ok=True)
-    result = {"preset": preset, "seed": 1, "test": test, "validation": test, "learning_rate": 1e-3,
-              "parameters": 10, "train_seconds": 60.0, "loss_curve": [[1, 2.0]], "signatures": {}}
+    result = {
+        "preset": preset,
+        "seed": 1,
+        "test": test,
+        "validation": test,
+        "learning_rate": 1e-3,
+        "parameters": 10,
+        "train_seconds": 60.0,
+        "loss_curve": [[1, 2.0]],
+        "signatures": {},
+    }
     (study.results_dir / f"{preset}--seed1.json").write_text(json.dumps(result), encoding="utf-8")
     (study.results_dir / f"{preset}--seed1.test.txt").write_text("\n".join(outputs) + "\n", encoding="utf-8")
 

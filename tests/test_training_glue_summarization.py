@@ -54,45 +54,94 @@ NEGATIVE = [
 ]
 # Debian-style package descriptions and their one-line synopses.
 DOCUMENTS = [
-    ("This package provides a command-line tool that converts images between many formats. "
-     "It can also resize and rotate pictures.", "command-line image converter"),
-    ("A small library for reading and writing configuration files. It supports comments, sections and default values.",
-     "library for configuration files"),
-    ("This tool watches a folder and runs a command whenever a file changes. "
-     "It is useful for rebuilding projects automatically.", "run commands when files change"),
-    ("A fast text editor for the terminal with syntax highlighting. "
-     "It supports many programming languages and plugins.", "terminal text editor"),
-    ("This package contains fonts designed for reading on screens. They include bold and italic styles.",
-     "fonts for screen reading"),
-    ("A daemon that keeps the system clock in sync with time servers. It uses little memory and network traffic.",
-     "clock synchronisation daemon"),
-    ("This library parses command-line options for C programs. It handles short and long options and prints help text.",
-     "command-line option parser library"),
-    ("A simple music player for the desktop. It plays local files and internet radio streams.",
-     "simple desktop music player"),
-    ("This package provides the documentation for the image converter. It includes a manual and many examples.",
-     "documentation for the image converter"),
-    ("A tool that compresses files with a fast algorithm. It can also decompress archives made by other tools.",
-     "fast file compression tool"),
-    ("This library draws charts and plots from data. It can write pictures in several formats.",
-     "library for charts and plots"),
-    ("A game where players build cities and manage traffic. It has a map editor and many levels.",
-     "city building game"),
-    ("This package contains development files for the configuration library. "
-     "It is needed to build programs that use it.", "development files for the configuration library"),
-    ("A backup program that copies changed files to a remote server. It keeps several versions of each file.",
-     "backup program for remote servers"),
-    ("This tool checks spelling in text documents. It comes with dictionaries for several languages.",
-     "spelling checker for documents"),
-    ("A web server that is small and easy to configure. It serves static files and supports secure connections.",
-     "small web server"),
+    (
+        "This package provides a command-line tool that converts images between many formats. "
+        "It can also resize and rotate pictures.",
+        "command-line image converter",
+    ),
+    (
+        "A small library for reading and writing configuration files. It supports comments, sections and default values.",
+        "library for configuration files",
+    ),
+    (
+        "This tool watches a folder and runs a command whenever a file changes. "
+        "It is useful for rebuilding projects automatically.",
+        "run commands when files change",
+    ),
+    (
+        "A fast text editor for the terminal with syntax highlighting. "
+        "It supports many programming languages and plugins.",
+        "terminal text editor",
+    ),
+    (
+        "This package contains fonts designed for reading on screens. They include bold and italic styles.",
+        "fonts for screen reading",
+    ),
+    (
+        "A daemon that keeps the system clock in sync with time servers. It uses little memory and network traffic.",
+        "clock synchronisation daemon",
+    ),
+    (
+        "This library parses command-line options for C programs. It handles short and long options and prints help text.",
+        "command-line option parser library",
+    ),
+    (
+        "A simple music player for the desktop. It plays local files and internet radio streams.",
+        "simple desktop music player",
+    ),
+    (
+        "This package provides the documentation for the image converter. It includes a manual and many examples.",
+        "documentation for the image converter",
+    ),
+    (
+        "A tool that compresses files with a fast algorithm. It can also decompress archives made by other tools.",
+        "fast file compression tool",
+    ),
+    (
+        "This library draws charts and plots from data. It can write pictures in several formats.",
+        "library for charts and plots",
+    ),
+    (
+        "A game where players build cities and manage traffic. It has a map editor and many levels.",
+        "city building game",
+    ),
+    (
+        "This package contains development files for the configuration library. "
+        "It is needed to build programs that use it.",
+        "development files for the configuration library",
+    ),
+    (
+        "A backup program that copies changed files to a remote server. It keeps several versions of each file.",
+        "backup program for remote servers",
+    ),
+    (
+        "This tool checks spelling in text documents. It comes with dictionaries for several languages.",
+        "spelling checker for documents",
+    ),
+    (
+        "A web server that is small and easy to configure. It serves static files and supports secure connections.",
+        "small web server",
+    ),
 ]
 
 TINY_ENCODER = ["--d_model", "32", "--encoder_layers", "2", "--attention_heads", "4", "--ffn_dim", "64"]
 TINY_SEQ2SEQ = [*TINY_ENCODER, "--decoder_layers", "2"]
 QUIET_CPU_RUN = [
-    "--use_cpu", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
-    "--log_level", "error", "--seed", "0", "--dropout", "0", "--warmup_steps", "0",
+    "--use_cpu",
+    "--report_to",
+    "none",
+    "--save_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--log_level",
+    "error",
+    "--seed",
+    "0",
+    "--dropout",
+    "0",
+    "--warmup_steps",
+    "0",
 ]
 
 
@@ -149,15 +198,43 @@ def test_glue_single_sentences_from_scratch_learns(run_glue, tmp_path):
     validation_file = write_jsonl(tmp_path / "validation.jsonl", rows[:8])
     test_file = write_jsonl(tmp_path / "test.jsonl", [{"sentence": row["sentence"]} for row in rows[8:12]])
     output_dir = tmp_path / "out"
-    metrics = run_glue.main([
-        "--train_file", train_file, "--validation_file", validation_file, "--test_file", test_file,
-        "--do_train", "--do_eval", "--do_predict", "--output_dir", str(output_dir),
-        # d_model 64: at 32, some seeds stay on the 0.69 plateau for 40 steps
-        "--d_model", "64", "--encoder_layers", "2", "--attention_heads", "4", "--ffn_dim", "128",
-        "--vocab_size", "200", "--max_seq_length", "32",
-        "--max_steps", "40", "--per_device_train_batch_size", "8", "--learning_rate", "3e-3", "--logging_steps", "5",
-        *QUIET_CPU_RUN,
-    ])
+    metrics = run_glue.main(
+        [
+            "--train_file",
+            train_file,
+            "--validation_file",
+            validation_file,
+            "--test_file",
+            test_file,
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            str(output_dir),
+            # d_model 64: at 32, some seeds stay on the 0.69 plateau for 40 steps
+            "--d_model",
+            "64",
+            "--encoder_layers",
+            "2",
+            "--attention_heads",
+            "4",
+            "--ffn_dim",
+            "128",
+            "--vocab_size",
+            "200",
+            "--max_seq_length",
+            "32",
+            "--max_steps",
+            "40",
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "3e-3",
+            "--logging_steps",
+            "5",
+            *QUIET_CPU_RUN,
+        ]
+    )
 
     losses = logged_losses(output_dir)
     assert len(losses) == 8
@@ -209,14 +286,35 @@ def test_glue_sentence_pairs_csv_with_preset(run_glue, tmp_path):
     (tmp_path / "validation.csv").write_text(header + "".join(pairs[:10]), encoding="utf-8")
     (tmp_path / "test.csv").write_text(header + "".join(pairs[10:16]), encoding="utf-8")
     output_dir = tmp_path / "out"
-    run_glue.main([
-        "--train_file", str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "validation.csv"),
-        "--test_file", str(tmp_path / "test.csv"), "--attention_preset", "hc-sa",
-        "--do_train", "--do_eval", "--do_predict", "--output_dir", str(output_dir),
-        *TINY_ENCODER, "--vocab_size", "200", "--max_seq_length", "48",
-        "--max_steps", "4", "--per_device_train_batch_size", "8", "--learning_rate", "1e-3",
-        *QUIET_CPU_RUN,
-    ])
+    run_glue.main(
+        [
+            "--train_file",
+            str(tmp_path / "train.csv"),
+            "--validation_file",
+            str(tmp_path / "validation.csv"),
+            "--test_file",
+            str(tmp_path / "test.csv"),
+            "--attention_preset",
+            "hc-sa",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            str(output_dir),
+            *TINY_ENCODER,
+            "--vocab_size",
+            "200",
+            "--max_seq_length",
+            "48",
+            "--max_steps",
+            "4",
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "1e-3",
+            *QUIET_CPU_RUN,
+        ]
+    )
     eval_results = json.loads((output_dir / "eval_results.json").read_text())
     assert_finite(eval_results, ["eval_loss", "eval_accuracy", "eval_f1", "eval_matthews_correlation"])
     # labelled test split: scored as well as predicted
@@ -236,15 +334,31 @@ def test_glue_from_converted_minilm_with_local_layout(run_glue, tmp_path):
     minilm_path = Path(minilm.__file__).parent / "model"
     rows = sentiment_rows()
     output_dir = tmp_path / "out"
-    run_glue.main([
-        "--model_name_or_path", str(minilm_path),
-        "--attention_layout", json.dumps({"encoder_self": {"kind": "local", "masks": "band-2"}}),
-        "--train_file", write_jsonl(tmp_path / "train.jsonl", rows),
-        "--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:8]),
-        "--do_train", "--do_eval", "--output_dir", str(output_dir), "--max_seq_length", "32",
-        "--max_steps", "3", "--per_device_train_batch_size", "8", "--learning_rate", "1e-4",
-        *QUIET_CPU_RUN,
-    ])
+    run_glue.main(
+        [
+            "--model_name_or_path",
+            str(minilm_path),
+            "--attention_layout",
+            json.dumps({"encoder_self": {"kind": "local", "masks": "band-2"}}),
+            "--train_file",
+            write_jsonl(tmp_path / "train.jsonl", rows),
+            "--validation_file",
+            write_jsonl(tmp_path / "validation.jsonl", rows[:8]),
+            "--do_train",
+            "--do_eval",
+            "--output_dir",
+            str(output_dir),
+            "--max_seq_length",
+            "32",
+            "--max_steps",
+            "3",
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "1e-4",
+            *QUIET_CPU_RUN,
+        ]
+    )
     eval_results = json.loads((output_dir / "eval_results.json").read_text())
     assert_finite(eval_results, ["eval_loss", "eval_accuracy", "eval_f1", "eval_matthews_correlation"])
     config = json.loads((output_dir / "config.json").read_text())
@@ -305,13 +419,28 @@ def test_glue_push_to_hub_uploads_the_finished_folder(run_glue, tmp_path, monkey
     monkeypatch.setattr(hf_simple_attn.hub, "push_checkpoint", fake_push)
     rows = sentiment_rows()
     output_dir = tmp_path / "out"
-    run_glue.main([
-        "--train_file", write_jsonl(tmp_path / "train.jsonl", rows),
-        "--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:4]),
-        "--do_train", "--output_dir", str(output_dir), *TINY_ENCODER, "--vocab_size", "100", "--max_steps", "1",
-        "--push_to_hub", "--hub_model_id", "someone/tiny-classifier", "--hub_private_repo", "true",
-        *QUIET_CPU_RUN,
-    ])
+    run_glue.main(
+        [
+            "--train_file",
+            write_jsonl(tmp_path / "train.jsonl", rows),
+            "--validation_file",
+            write_jsonl(tmp_path / "validation.jsonl", rows[:4]),
+            "--do_train",
+            "--output_dir",
+            str(output_dir),
+            *TINY_ENCODER,
+            "--vocab_size",
+            "100",
+            "--max_steps",
+            "1",
+            "--push_to_hub",
+            "--hub_model_id",
+            "someone/tiny-classifier",
+            "--hub_private_repo",
+            "true",
+            *QUIET_CPU_RUN,
+        ]
+    )
     [(folder, repo_id, kwargs, files)] = pushed
     assert (folder, repo_id, kwargs["private"]) == (str(output_dir), "someone/tiny-classifier", True)
     assert {"README.md", "config.json", "model.safetensors", "tokenizer.json"} <= set(files)
@@ -321,13 +450,32 @@ def test_glue_push_to_hub_uploads_the_finished_folder(run_glue, tmp_path, monkey
 def test_glue_keeps_the_hub_token_out_of_saved_and_uploaded_files(run_glue, tmp_path, fake_hub):
     rows = sentiment_rows()
     output_dir = tmp_path / "out"
-    run_glue.main([
-        "--train_file", write_jsonl(tmp_path / "train.jsonl", rows),
-        "--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:4]),
-        "--do_train", "--output_dir", str(output_dir), *TINY_ENCODER, "--vocab_size", "100", "--max_steps", "2",
-        *QUIET_CPU_RUN, "--save_strategy", "steps",
-        "--save_steps", "1", "--push_to_hub", "--hub_model_id", "someone/tiny-classifier", "--hub_token", HUB_TOKEN,
-    ])
+    run_glue.main(
+        [
+            "--train_file",
+            write_jsonl(tmp_path / "train.jsonl", rows),
+            "--validation_file",
+            write_jsonl(tmp_path / "validation.jsonl", rows[:4]),
+            "--do_train",
+            "--output_dir",
+            str(output_dir),
+            *TINY_ENCODER,
+            "--vocab_size",
+            "100",
+            "--max_steps",
+            "2",
+            *QUIET_CPU_RUN,
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "1",
+            "--push_to_hub",
+            "--hub_model_id",
+            "someone/tiny-classifier",
+            "--hub_token",
+            HUB_TOKEN,
+        ]
+    )
     assert (output_dir / "checkpoint-2" / "training_args.bin").is_file()
     assert_hub_token_kept_out(output_dir, fake_hub)
 
@@ -338,22 +486,50 @@ def test_glue_keeps_the_hub_token_out_of_saved_and_uploaded_files(run_glue, tmp_
 def summarization_files(tmp_path: Path) -> list[str]:
     rows = [{"document": document, "summary": summary} for document, summary in DOCUMENTS]
     return [
-        "--train_file", write_jsonl(tmp_path / "train.jsonl", rows),
-        "--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:6]),
-        "--test_file", write_jsonl(tmp_path / "test.jsonl", rows[6:10]),
+        "--train_file",
+        write_jsonl(tmp_path / "train.jsonl", rows),
+        "--validation_file",
+        write_jsonl(tmp_path / "validation.jsonl", rows[:6]),
+        "--test_file",
+        write_jsonl(tmp_path / "test.jsonl", rows[6:10]),
     ]
 
 
 def test_summarization_rouge_with_generate(run_summarization, tmp_path):
     output_dir = tmp_path / "out"
-    metrics = run_summarization.main([
-        *summarization_files(tmp_path), "--attention_preset", "hc-sa", "--source_prefix", "summarize: ",
-        "--do_train", "--do_eval", "--do_predict", "--predict_with_generate", "--num_beams", "2",
-        "--output_dir", str(output_dir), *TINY_SEQ2SEQ, "--vocab_size", "120",
-        "--max_source_length", "64", "--max_target_length", "16",
-        "--max_steps", "150", "--per_device_train_batch_size", "8", "--learning_rate", "3e-3", "--logging_steps", "10",
-        *QUIET_CPU_RUN,
-    ])
+    metrics = run_summarization.main(
+        [
+            *summarization_files(tmp_path),
+            "--attention_preset",
+            "hc-sa",
+            "--source_prefix",
+            "summarize: ",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--predict_with_generate",
+            "--num_beams",
+            "2",
+            "--output_dir",
+            str(output_dir),
+            *TINY_SEQ2SEQ,
+            "--vocab_size",
+            "120",
+            "--max_source_length",
+            "64",
+            "--max_target_length",
+            "16",
+            "--max_steps",
+            "150",
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "3e-3",
+            "--logging_steps",
+            "10",
+            *QUIET_CPU_RUN,
+        ]
+    )
     losses = logged_losses(output_dir)
     assert losses[-1] < losses[0] - 1.0, losses  # 4.5 -> 1.8 at seed 0
 
@@ -389,28 +565,69 @@ def test_summarization_push_to_hub_offline_stops_before_training(run_summarizati
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     output_dir = tmp_path / "out"
     with pytest.raises(SystemExit, match="--push_to_hub: cannot create the repository 'someone/tiny-summarizer'"):
-        run_summarization.main([
-            *summarization_files(tmp_path), "--text_column", "document", "--summary_column", "summary",
-            "--do_train", "--output_dir", str(output_dir), *TINY_SEQ2SEQ, "--vocab_size", "80",
-            "--max_steps", "1", "--push_to_hub", "--hub_model_id", "someone/tiny-summarizer", *QUIET_CPU_RUN,
-        ])
+        run_summarization.main(
+            [
+                *summarization_files(tmp_path),
+                "--text_column",
+                "document",
+                "--summary_column",
+                "summary",
+                "--do_train",
+                "--output_dir",
+                str(output_dir),
+                *TINY_SEQ2SEQ,
+                "--vocab_size",
+                "80",
+                "--max_steps",
+                "1",
+                "--push_to_hub",
+                "--hub_model_id",
+                "someone/tiny-summarizer",
+                *QUIET_CPU_RUN,
+            ]
+        )
     assert not (output_dir / "model.safetensors").exists()
 
 
 def test_summarization_keeps_the_hub_token_out_of_saved_and_uploaded_files(run_summarization, tmp_path, fake_hub):
     output_dir = tmp_path / "out"
-    run_summarization.main([
-        *summarization_files(tmp_path), "--do_train", "--output_dir", str(output_dir), *TINY_SEQ2SEQ,
-        "--vocab_size", "80", "--max_steps", "1", *QUIET_CPU_RUN, "--save_strategy", "steps", "--save_steps", "1",
-        "--push_to_hub", "--hub_model_id", "someone/tiny-summarizer", "--hub_token", HUB_TOKEN,
-    ])
+    run_summarization.main(
+        [
+            *summarization_files(tmp_path),
+            "--do_train",
+            "--output_dir",
+            str(output_dir),
+            *TINY_SEQ2SEQ,
+            "--vocab_size",
+            "80",
+            "--max_steps",
+            "1",
+            *QUIET_CPU_RUN,
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "1",
+            "--push_to_hub",
+            "--hub_model_id",
+            "someone/tiny-summarizer",
+            "--hub_token",
+            HUB_TOKEN,
+        ]
+    )
     assert (output_dir / "checkpoint-1" / "training_args.bin").is_file()
     assert_hub_token_kept_out(output_dir, fake_hub)
 
 
 def test_summarization_rejects_unknown_columns(run_summarization, tmp_path):
     with pytest.raises(ValueError, match="--summary_column: 'abstract' is not a column"):
-        run_summarization.main([
-            *summarization_files(tmp_path), "--summary_column", "abstract", "--do_train",
-            "--output_dir", str(tmp_path / "out"), *QUIET_CPU_RUN,
-        ])
+        run_summarization.main(
+            [
+                *summarization_files(tmp_path),
+                "--summary_column",
+                "abstract",
+                "--do_train",
+                "--output_dir",
+                str(tmp_path / "out"),
+                *QUIET_CPU_RUN,
+            ]
+        )

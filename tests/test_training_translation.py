@@ -348,7 +348,9 @@ def test_train_tokenizer_uses_marian_ids_and_round_trips(tmp_path):
     assert tokenizer.decode(tokenizer(texts[1])["input_ids"], skip_special_tokens=True) == texts[1]
     tokenizer.save_pretrained(tmp_path)
     reloaded = AutoTokenizer.from_pretrained(tmp_path)
-    assert reloaded(texts)["input_ids"] == tokenizer(texts)["input_ids"] and reloaded.pad_token_id == len(tokenizer) - 1
+    assert (
+        reloaded(texts)["input_ids"] == tokenizer(texts)["input_ids"] and reloaded.pad_token_id == len(tokenizer) - 1
+    )
 
 
 def test_train_bert_tokenizer_uses_berts_special_tokens_and_round_trips(tmp_path):
@@ -397,7 +399,9 @@ def test_build_seq2seq_model_converts_or_continues_pretrained_checkpoints(tmp_pa
     )  # fmt: skip
     marian.save_pretrained(tmp_path / "marian")
     model_args, size_args = ModelArguments(model_name_or_path=str(tmp_path / "marian")), ModelSizeArguments()
-    converted = build_seq2seq_model(model_args, AttentionArguments(attention_preset="sh-x"), size_args, tokenizer, 1.25)
+    converted = build_seq2seq_model(
+        model_args, AttentionArguments(attention_preset="sh-x"), size_args, tokenizer, 1.25
+    )
     assert isinstance(converted, hf_simple_attn.SimpleAttnMarianMTModel)
     assert (converted.config.attention_preset, converted.config.length_ratio, converted.config.d_model) == (
         "sh-x",

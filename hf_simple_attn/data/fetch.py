@@ -35,21 +35,26 @@ def _run(command: list[str], what: str, cwd: Path | None = None) -> str:
     if shutil.which(command[0]) is None:
         raise SourceUnavailableError(
             f"{what}: '{command[0]}' is not available on this machine; this corpus needs a "
-            "Debian-based system with apt and dpkg, and pip")
+            "Debian-based system with apt and dpkg, and pip"
+        )
     logger.info("%s", what)
     completed = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if completed.returncode != 0:
         raise SourceUnavailableError(
-            f"{what} failed (exit {completed.returncode}): {' '.join(command)}\n{completed.stderr.strip()[-2000:]}")
+            f"{what} failed (exit {completed.returncode}): {' '.join(command)}\n{completed.stderr.strip()[-2000:]}"
+        )
     return completed.stdout
 
 
 def _apt_options(cache_dir: Path) -> list[str]:
     apt_dir = Path(cache_dir) / "apt"
     return [
-        "-o", f"Dir::State::lists={apt_dir / 'lists'}",
-        "-o", f"Dir::Cache={apt_dir / 'cache'}",
-        "-o", f"Acquire::Languages={','.join(APT_LANGUAGES)}",
+        "-o",
+        f"Dir::State::lists={apt_dir / 'lists'}",
+        "-o",
+        f"Dir::Cache={apt_dir / 'cache'}",
+        "-o",
+        f"Acquire::Languages={','.join(APT_LANGUAGES)}",
     ]
 
 
@@ -114,8 +119,21 @@ def pypi_download(requirement: str, filename_glob: str, cache_dir: Path) -> Path
     found = sorted(dest.glob(filename_glob))
     if not found:
         dest.mkdir(parents=True, exist_ok=True)
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--dest", str(dest),
-              requirement], what=f"pip download {requirement}")
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "--dest",
+                str(dest),
+                requirement,
+            ],
+            what=f"pip download {requirement}",
+        )
         found = sorted(dest.glob(filename_glob))
         if not found:
             raise SourceUnavailableError(f"pip download {requirement} produced no file matching {filename_glob}")
@@ -128,7 +146,9 @@ def pip_install_target(requirement: str, cache_dir: Path) -> Path:
     if not target.is_dir():
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(partial), requirement],
-             what=f"pip install --target {requirement}")
+        _run(
+            [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(partial), requirement],
+            what=f"pip install --target {requirement}",
+        )
         partial.rename(target)
     return target

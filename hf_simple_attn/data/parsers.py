@@ -128,6 +128,7 @@ def parse_libreoffice_help_dir(en_dir: Path, xx_dir: Path) -> list[TextPair]:
 
 # Generic translation-pair filter ----------------------------------------------------------
 
+
 def filter_translation_pairs(
     pairs: Iterable[TextPair], max_words: int = 100, max_length_ratio: float = 3.0
 ) -> list[TextPair]:
@@ -147,6 +148,7 @@ def filter_translation_pairs(
 
 
 # Debian package descriptions (DDTP) -------------------------------------------------------
+
 
 class DebianDescription(NamedTuple):
     """One package description: the one-line synopsis and the long-description paragraphs."""
@@ -172,7 +174,9 @@ def parse_ddtp_translation_file(text: str) -> dict[str, DebianDescription]:
             elif ":" in line:
                 current, value = line.split(":", 1)
                 fields[current] = [value.strip()]
-        description_field = next((name for name in fields if name.startswith("Description-") and name != "Description-md5"), None)
+        description_field = next(
+            (name for name in fields if name.startswith("Description-") and name != "Description-md5"), None
+        )
         if "Description-md5" not in fields or description_field is None:
             continue
         synopsis, *body = fields[description_field]
@@ -235,7 +239,7 @@ def fix_chapter_initial_caps(text: str) -> str:
         return text
     first, *rest = match.group().split(" ")
     fixed = " ".join([first.capitalize(), *(word.lower() for word in rest)])
-    return text[:match.start()] + fixed + text[match.end():]
+    return text[: match.start()] + fixed + text[match.end() :]
 
 
 def align_verses(left: Mapping[tuple, str], right: Mapping[tuple, str]) -> list[TextPair]:
@@ -273,4 +277,3 @@ def parse_orange_tab(text: str, text_column: str = "Text", class_column: str = "
         if len(cells) == len(names) and cells[text_index].strip():
             rows.append((cells[text_index].strip(), cells[class_index].strip()))
     return rows
-

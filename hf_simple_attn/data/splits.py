@@ -55,24 +55,30 @@ def split_examples(
     split examples are ordered by hash, which acts as a fixed shuffle.
     """
     unique = deduplicate(examples, key)
-    ranked = sorted(((stable_hash(key(example)), normalize_text(key(example)), example) for example in unique),
-                    key=lambda item: item[:2])
+    ranked = sorted(
+        ((stable_hash(key(example)), normalize_text(key(example)), example) for example in unique),
+        key=lambda item: item[:2],
+    )
     ordered = [example for _, _, example in ranked]
 
     if isinstance(validation_size, int) and isinstance(test_size, int):
         if validation_size < 0 or test_size < 0 or validation_size + test_size > len(ordered):
-            raise ValueError(f"validation_size={validation_size} and test_size={test_size} do not fit "
-                             f"{len(ordered)} unique examples")
+            raise ValueError(
+                f"validation_size={validation_size} and test_size={test_size} do not fit "
+                f"{len(ordered)} unique examples"
+            )
         return {
-            "train": ordered[validation_size + test_size:],
-            "validation": ordered[test_size:test_size + validation_size],
+            "train": ordered[validation_size + test_size :],
+            "validation": ordered[test_size : test_size + validation_size],
             "test": ordered[:test_size],
         }
 
     if isinstance(validation_size, float) and isinstance(test_size, float):
         if validation_size < 0 or test_size < 0 or validation_size + test_size >= 1:
-            raise ValueError(f"fractions validation_size={validation_size} and test_size={test_size} "
-                             "must be non-negative and sum to less than 1")
+            raise ValueError(
+                f"fractions validation_size={validation_size} and test_size={test_size} "
+                "must be non-negative and sum to less than 1"
+            )
         test_end = test_size * 2**64
         validation_end = (test_size + validation_size) * 2**64
         splits: dict[str, list[Example]] = {name: [] for name in SPLIT_NAMES}
@@ -90,11 +96,13 @@ def split_examples(
 
 def to_dataset_dict(splits: Mapping[str, Sequence[Example]], features: datasets.Features) -> datasets.DatasetDict:
     """Turn lists of example dicts into a ``DatasetDict`` with the given features."""
-    return datasets.DatasetDict({
-        name: datasets.Dataset.from_dict(
-            {column: [example[column] for example in rows] for column in features},
-            features=features,
-            split=datasets.NamedSplit(name),
-        )
-        for name, rows in splits.items()
-    })
+    return datasets.DatasetDict(
+        {
+            name: datasets.Dataset.from_dict(
+                {column: [example[column] for example in rows] for column in features},
+                features=features,
+                split=datasets.NamedSplit(name),
+            )
+            for name, rows in splits.items()
+        }
+    )

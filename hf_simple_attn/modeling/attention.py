@@ -33,8 +33,13 @@ class HeadGroups(nn.Module):
             # The layer's rank among the site's layers that use this family (RAN's k-th layer has k - 1).
             family_layer_idx = family.family_layers(config.attention_layout[site]).index(layer_idx)
             group = family(
-                group_spec, config, site, layer_idx, self.head_dim,
-                group_index=group_index, family_layer_idx=family_layer_idx,
+                group_spec,
+                config,
+                site,
+                layer_idx,
+                self.head_dim,
+                group_index=group_index,
+                family_layer_idx=family_layer_idx,
             )
             self.groups.append(group)
             self.head_ranges.append((head_start, head_start + group_spec["num_heads"]))

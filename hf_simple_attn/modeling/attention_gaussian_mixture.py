@@ -87,9 +87,8 @@ def mixture_log_density(
     against the leading dims as (batch, 1, 1, k_len). Returns (..., q_len, k_len).
     """
     positions = positions[:, None, None, :, None]  # (batch, 1, 1, k_len, 1)
-    log_components = (
-        (log_weight - log_normalizer)[..., None, :]
-        - (positions - mean[..., None, :]) ** 2 / (2 * sigma[..., None, :] ** 2)
+    log_components = (log_weight - log_normalizer)[..., None, :] - (positions - mean[..., None, :]) ** 2 / (
+        2 * sigma[..., None, :] ** 2
     )  # (batch, heads, q_len, k_len, K)
     return torch.logsumexp(log_components, dim=-1)
 
@@ -200,9 +199,7 @@ class GaussianMixtureHeads(AttentionHeads):
             state[self.state_name] = means[:, :, -1, :]
         return means
 
-    def mixture_weights(
-        self, query: torch.Tensor, real_keys: torch.Tensor, context: AttentionContext
-    ) -> torch.Tensor:
+    def mixture_weights(self, query: torch.Tensor, real_keys: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         """β (batch, heads, q_len, k_len) from the queries; zero at padded keys. real_keys: (batch, k_len) bool."""
         compute_dtype = torch.promote_types(query.dtype, torch.float32)
         positions = real_keys.cumsum(dim=-1).to(compute_dtype)  # 1-based rank among the real tokens

@@ -148,12 +148,16 @@ class HardCodedGaussianHeads(AttentionHeads):
             raise LayoutError(f"{field}.window: expected null or an odd positive integer (e.g. 3), got {window!r}")
         indexing = true_or_false(spec.get("indexing", False), f"{field}.indexing")
         if indexing and window is not None:
-            raise LayoutError(f"{field}: 'indexing' and 'window' are exclusive (indexing is a window of 1 with weight 1)")
+            raise LayoutError(
+                f"{field}: 'indexing' and 'window' are exclusive (indexing is a window of 1 with weight 1)"
+            )
         centre = spec.get("centre", "floor")
         if centre not in CENTRES:
             raise LayoutError(f"{field}.centre: expected one of {list(CENTRES)}, got {centre!r}")
         if centre != "floor" and site != "cross":
-            raise LayoutError(f"{field}.centre: only cross attention has a length-ratio centre; self attention uses c(i) = i")
+            raise LayoutError(
+                f"{field}.centre: only cross attention has a length-ratio centre; self attention uses c(i) = i"
+            )
         # Per-head offsets: the list is cycled over the heads of the group.
         head_offsets = [offsets[h % len(offsets)] for h in range(spec["num_heads"])]
         return {
@@ -176,7 +180,9 @@ class HardCodedGaussianHeads(AttentionHeads):
         offsets = torch.tensor(self.spec["offsets"], dtype=torch.float64, device=positions.device)
         return positions[None, :] + offsets[:, None]
 
-    def weight_table(self, query_positions: torch.Tensor, key_positions: torch.Tensor, is_causal: bool) -> torch.Tensor:
+    def weight_table(
+        self, query_positions: torch.Tensor, key_positions: torch.Tensor, is_causal: bool
+    ) -> torch.Tensor:
         """Input-agnostic weights (heads, q_len, k_len), cut (not renormalised) by the causal mask."""
         mu = self.centres(query_positions)[:, :, None]
         key_positions = key_positions.to(torch.float64)[None, None, :]
@@ -202,8 +208,15 @@ class HardCodedGaussianHeads(AttentionHeads):
     def spec_key(self) -> tuple:
         spec = self.spec
         ratio = self.config.length_ratio if self.site == "cross" else None
-        return (self.site == "cross", tuple(spec["offsets"]), spec["sigma"], spec["window"], spec["indexing"],
-                spec["centre"], ratio)
+        return (
+            self.site == "cross",
+            tuple(spec["offsets"]),
+            spec["sigma"],
+            spec["window"],
+            spec["indexing"],
+            spec["centre"],
+            ratio,
+        )
 
     def kernel_radius(self, dtype: torch.dtype) -> int:
         """How far from its centre a head puts non-negligible weight (see `gaussian_radius`)."""
@@ -274,7 +287,12 @@ class HardCodedGaussianHeads(AttentionHeads):
         return self.self_attention(value, key_padding_mask, start, query_length, context.is_causal), None
 
     def self_attention(
-        self, value: torch.Tensor, key_padding_mask: torch.Tensor | None, start: int, query_length: int, is_causal: bool
+        self,
+        value: torch.Tensor,
+        key_padding_mask: torch.Tensor | None,
+        start: int,
+        query_length: int,
+        is_causal: bool,
     ) -> torch.Tensor:
         """value: (batch, heads, k_len, d), keys ending at the last query (start + query_length - 1)."""
         key_length = value.shape[-2]
@@ -302,7 +320,16 @@ class HardCodedGaussianHeads(AttentionHeads):
             keys = torch.arange(reach_length, device=value.device)
             return self.weight_table(queries, keys, is_causal).to(value.dtype)
 
-        key = ("self", self.spec_key(), is_causal, relative_start, query_length, reach_length, value.dtype, value.device)
+        key = (
+            "self",
+            self.spec_key(),
+            is_causal,
+            relative_start,
+            query_length,
+            reach_length,
+            value.dtype,
+            value.device,
+        )
         return apply_table(memoised(key, build), value)
 
     def export_forward(

@@ -45,9 +45,7 @@ class StraightThroughRetrieval(torch.autograd.Function):
             grad_probabilities = torch.matmul(grad_output, value.transpose(-1, -2))  # (batch, heads, q_len, k_len)
         if ctx.needs_input_grad[1]:
             # Each query's output gradient lands on the one value row it retrieved.
-            grad_value = torch.zeros_like(value).scatter_add_(
-                2, index[..., None].expand_as(grad_output), grad_output
-            )
+            grad_value = torch.zeros_like(value).scatter_add_(2, index[..., None].expand_as(grad_output), grad_output)
         return grad_probabilities, grad_value, None
 
 

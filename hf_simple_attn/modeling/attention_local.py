@@ -156,7 +156,9 @@ class LocalMaskHeads(AttentionHeads):
         if isinstance(masks, str):
             masks = [masks]
         if not isinstance(masks, (list, tuple)) or not masks:
-            raise LayoutError(f"{field}.masks: expected a mask name or a non-empty list of them; valid masks: {VALID_MASKS}")
+            raise LayoutError(
+                f"{field}.masks: expected a mask name or a non-empty list of them; valid masks: {VALID_MASKS}"
+            )
         masks = [normalize_mask(name, f"{field}.masks[{index}]") for index, name in enumerate(masks)]
 
         if "query_key_sets" in spec and "heads_per_query_key_set" in spec:

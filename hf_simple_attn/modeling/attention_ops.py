@@ -19,9 +19,7 @@ from .attention_registry import AttentionContext
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """0 where attending is allowed, the dtype's minimum elsewhere (as transformers does: no NaN on empty rows)."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-        ~allowed, torch.finfo(dtype).min
-    )
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
 def scaled_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:

@@ -53,7 +53,12 @@ DEFAULT_TRANSITION_FFN_DIM = 1024
 # The options every RAN layer of one stack must agree on: they describe the stack's single A0
 # (its heads and size) and its single transition.
 STACK_OPTIONS = (
-    "num_heads", "max_positions", "transition", "transition_ffn_dim", "layer_norm_residual", "freeze_initial"
+    "num_heads",
+    "max_positions",
+    "transition",
+    "transition_ffn_dim",
+    "layer_norm_residual",
+    "freeze_initial",
 )
 
 

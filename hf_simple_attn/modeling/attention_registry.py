@@ -95,7 +95,9 @@ def register_attention(name: str):
 
 def get_attention_family(kind: str, field: str = "kind") -> type["AttentionHeads"]:
     if not isinstance(kind, str) or kind not in ATTENTION_FAMILIES:
-        raise LayoutError(f"{field}: unknown attention kind {kind!r}; valid kinds: {sorted(ATTENTION_FAMILIES)} or 'none'")
+        raise LayoutError(
+            f"{field}: unknown attention kind {kind!r}; valid kinds: {sorted(ATTENTION_FAMILIES)} or 'none'"
+        )
     return ATTENTION_FAMILIES[kind]
 
 
@@ -204,7 +206,9 @@ class AttentionHeads(nn.Module):
                 f"{field}: unknown option(s) {unknown} for kind {cls.kind!r}; valid options: {sorted(cls.option_names)}"
             )
         if site not in cls.sites:
-            raise LayoutError(f"{field}: kind {cls.kind!r} cannot be used at site {site!r}; valid sites: {list(cls.sites)}")
+            raise LayoutError(
+                f"{field}: kind {cls.kind!r} cannot be used at site {site!r}; valid sites: {list(cls.sites)}"
+            )
         return dict(spec)
 
     @classmethod

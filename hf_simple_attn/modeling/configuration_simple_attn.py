@@ -12,8 +12,15 @@ from .presets import get_preset
 
 
 SIZE_FIELDS = (
-    "vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-    "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+    "vocab_size",
+    "max_position_embeddings",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
 )
 # γ: mean source / target length; far outside this range the data or the computation is wrong.
 MIN_LENGTH_RATIO, MAX_LENGTH_RATIO = 1e-3, 1e3

@@ -9,8 +9,13 @@ from .presets import get_preset
 
 
 SIZE_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "max_position_embeddings", "type_vocab_size",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
 )
 
 

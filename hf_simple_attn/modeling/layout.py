@@ -50,8 +50,19 @@ from .attention_registry import (
 
 SITE_STACKS = {"encoder_self": "encoder", "decoder_self": "decoder", "cross": "decoder"}
 NAMED_SELECTORS = (
-    "all", "first", "last", "first_<k>", "last_<k>", "all_but_last", "all_but_last_<k>",
-    "first_half", "last_half", "bottom_third", "middle_third", "top_third", "<i>[,<j>...]",
+    "all",
+    "first",
+    "last",
+    "first_<k>",
+    "last_<k>",
+    "all_but_last",
+    "all_but_last_<k>",
+    "first_half",
+    "last_half",
+    "bottom_third",
+    "middle_third",
+    "top_third",
+    "<i>[,<j>...]",
 )
 LAYER_KEYS = ("kind", "groups", "num_heads", "head_dim", "share_query_key_with")
 
@@ -61,7 +72,9 @@ def select_layers(selector, num_layers: int, field: str) -> list[int]:
     if is_integer(selector):
         selector = str(selector)
     if not isinstance(selector, str):
-        raise LayoutError(f"{field}: a layer selector must be a string, got {selector!r}; valid: {list(NAMED_SELECTORS)}")
+        raise LayoutError(
+            f"{field}: a layer selector must be a string, got {selector!r}; valid: {list(NAMED_SELECTORS)}"
+        )
     half = max(1, num_layers // 2)
     third = max(1, round(num_layers / 3))
     fixed = {
@@ -118,7 +131,9 @@ def expand_per_layer(value, num_layers: int, field: str, is_leaf, default) -> li
                 per_layer[index] = leaf
         return per_layer
     if not is_leaf(value):
-        raise LayoutError(f"{field}: expected a layer spec, a list of {num_layers} layer specs or a default/layers mapping")
+        raise LayoutError(
+            f"{field}: expected a layer spec, a list of {num_layers} layer specs or a default/layers mapping"
+        )
     return [value] * num_layers
 
 
@@ -140,7 +155,9 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
     if "groups" in spec:
         unknown = sorted(set(spec) - {"groups", "num_heads", "head_dim", "share_query_key_with"})
         if unknown:
-            raise LayoutError(f"{field}: unknown key(s) {unknown} next to 'groups'; valid: ['groups', 'num_heads', 'head_dim']")
+            raise LayoutError(
+                f"{field}: unknown key(s) {unknown} next to 'groups'; valid: ['groups', 'num_heads', 'head_dim']"
+            )
         groups = spec["groups"]
         if not isinstance(groups, list) or not groups:
             raise LayoutError(f"{field}.groups: expected a non-empty list of head groups")
@@ -148,7 +165,9 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
         layer_heads = spec.get("num_heads")
     else:
         if "kind" not in spec:
-            raise LayoutError(f"{field}: a layer spec needs 'kind' or 'groups'; valid kinds: {sorted(ATTENTION_FAMILIES)} or 'none'")
+            raise LayoutError(
+                f"{field}: a layer spec needs 'kind' or 'groups'; valid kinds: {sorted(ATTENTION_FAMILIES)} or 'none'"
+            )
         groups = [{k: v for k, v in spec.items() if k not in ("head_dim", "share_query_key_with")}]
         layer_heads = None
     group_fields = [f"{field}.groups[{i}]" for i in range(len(groups))] if "groups" in spec else [field]
@@ -162,7 +181,9 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
 
     open_groups = [g for g in groups if g.get("num_heads") is None]
     if len(open_groups) > 1:
-        raise LayoutError(f"{field}.groups: at most one head group may omit 'num_heads' (it takes the remaining heads)")
+        raise LayoutError(
+            f"{field}.groups: at most one head group may omit 'num_heads' (it takes the remaining heads)"
+        )
     fixed_heads = sum(g["num_heads"] for g in groups if g.get("num_heads") is not None)
     if layer_heads is None:
         layer_heads = default_heads if open_groups else fixed_heads
@@ -174,7 +195,9 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
             )
         open_groups[0]["num_heads"] = remaining
     elif fixed_heads != layer_heads:
-        raise LayoutError(f"{field}.num_heads: the head groups add up to {fixed_heads} heads but the layer has {layer_heads}")
+        raise LayoutError(
+            f"{field}.num_heads: the head groups add up to {fixed_heads} heads but the layer has {layer_heads}"
+        )
 
     head_dim = spec.get("head_dim")
     if head_dim is None:
@@ -267,7 +290,9 @@ def normalize_layout(
             get_attention_family(kind).validate_site(layers, site)
         normalized[site] = layers
     for stack, num_layers in stack_layers.items():
-        normalized[f"{stack}_ffn"] = normalize_ffn(layout.get(f"{stack}_ffn"), num_layers, f"attention_layout.{stack}_ffn")
+        normalized[f"{stack}_ffn"] = normalize_ffn(
+            layout.get(f"{stack}_ffn"), num_layers, f"attention_layout.{stack}_ffn"
+        )
     return normalized
 
 

@@ -186,7 +186,11 @@ class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
         )
         self.attention_state = build_stack_state(config, ("encoder_self",))
         self.tied_query_key = tie_query_key_projections(
-            self.layers, config.attention_layout["encoder_self"], "layers", "self_attn", SimpleAttention.query_key_names
+            self.layers,
+            config.attention_layout["encoder_self"],
+            "layers",
+            "self_attn",
+            SimpleAttention.query_key_names,
         )
         self.gradient_checkpointing = False
         self.post_init()
@@ -234,10 +238,18 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         self.attention_state = build_stack_state(config, ("decoder_self", "cross"))
         self.tied_query_key = {
             **tie_query_key_projections(
-                self.layers, config.attention_layout["decoder_self"], "layers", "self_attn", SimpleAttention.query_key_names
+                self.layers,
+                config.attention_layout["decoder_self"],
+                "layers",
+                "self_attn",
+                SimpleAttention.query_key_names,
             ),
             **tie_query_key_projections(
-                self.layers, config.attention_layout["cross"], "layers", "encoder_attn", SimpleAttention.query_key_names
+                self.layers,
+                config.attention_layout["cross"],
+                "layers",
+                "encoder_attn",
+                SimpleAttention.query_key_names,
             ),
         }
         self.gradient_checkpointing = False
@@ -350,7 +362,9 @@ class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
             **prefixed(self.decoder.tied_query_key, "decoder."),
         }
         if config.share_encoder_decoder_embeddings:
-            tied.update({"decoder.embed_tokens.weight": "shared.weight", "encoder.embed_tokens.weight": "shared.weight"})
+            tied.update(
+                {"decoder.embed_tokens.weight": "shared.weight", "encoder.embed_tokens.weight": "shared.weight"}
+            )
         self._tied_weights_keys = tied or None
         self.post_init()
 

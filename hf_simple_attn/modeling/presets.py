@@ -25,10 +25,10 @@ LOCAL_PAPER = (
     "Pande, Budhraja, Nema, Kumar and Khapra 2020, On the Importance of Local Information in Transformer Based Models"
 )
 RAN_PAPER = "Zeng et al. 2021, Recurrent Attention for Neural Machine Translation"
-GMM_PAPER = (
-    "Zhang and Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian Mixture Model"
+GMM_PAPER = "Zhang and Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian Mixture Model"
+HARD_RETRIEVAL_PAPER = (
+    "Xu, Liu, van Genabith and Xiong 2021, Learning Hard Retrieval Decoder Attention for Transformers"
 )
-HARD_RETRIEVAL_PAPER = "Xu, Liu, van Genabith and Xiong 2021, Learning Hard Retrieval Decoder Attention for Transformers"
 
 SEQ2SEQ_PRESETS = {
     "base": {
@@ -304,9 +304,26 @@ ENCODER_PRESETS = {
 # Seq2seq presets whose encoder part is an encoder layout of its own: the encoder catalogue takes
 # their `encoder_self` / `encoder_ffn` under the same name.
 ENCODER_CAPABLE_SEQ2SEQ = (
-    "hc-sa", "hc-sa-conv", "hc-sa-index", "hc-sa-no-ff", "ran-e", "ran-all-fixed", "ran-all-no-ln-res", "syn-r",
-    "local-2heads", "local-4heads", "local-first3", "local-last3", "local-all", "local-4tied", "local-2tied",
-    "local-1tied", "local-1tied-first3", "local-half-tied", "local-fully-tied", "hard-all",
+    "hc-sa",
+    "hc-sa-conv",
+    "hc-sa-index",
+    "hc-sa-no-ff",
+    "ran-e",
+    "ran-all-fixed",
+    "ran-all-no-ln-res",
+    "syn-r",
+    "local-2heads",
+    "local-4heads",
+    "local-first3",
+    "local-last3",
+    "local-all",
+    "local-4tied",
+    "local-2tied",
+    "local-1tied",
+    "local-1tied-first3",
+    "local-half-tied",
+    "local-fully-tied",
+    "hard-all",
 )
 for _name in ENCODER_CAPABLE_SEQ2SEQ:
     _preset = SEQ2SEQ_PRESETS[_name]

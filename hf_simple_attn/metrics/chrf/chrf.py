@@ -58,9 +58,7 @@ class Chrf(evaluate.Metric):
             citation=_CITATION,
             inputs_description=_INPUTS_DESCRIPTION,
             features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-                ),
+                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
                 datasets.Features(
                     {
                         "predictions": datasets.Value("string"),

@@ -50,7 +50,9 @@ class MatthewsCorrelation(evaluate.Metric):
             citation=_CITATION,
             inputs_description=_INPUTS_DESCRIPTION,
             features=datasets.Features({"predictions": label, "references": label}),
-            reference_urls=["https://scikit-learn.org/stable/modules/generated/sklearn.metrics.matthews_corrcoef.html"],
+            reference_urls=[
+                "https://scikit-learn.org/stable/modules/generated/sklearn.metrics.matthews_corrcoef.html"
+            ],
         )
 
     def _compute(self, predictions, references, sample_weight=None, average=None):

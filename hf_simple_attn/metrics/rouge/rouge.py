@@ -47,9 +47,7 @@ class Rouge(evaluate.Metric):
             citation=_CITATION,
             inputs_description=_INPUTS_DESCRIPTION,
             features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-                ),
+                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
                 datasets.Features(
                     {
                         "predictions": datasets.Value("string"),
