@@ -631,3 +631,49 @@ def test_summarization_rejects_unknown_columns(run_summarization, tmp_path):
                 *QUIET_CPU_RUN,
             ]
         )
+
+
+# Resuming ---------------------------------------------------------------------------------
+
+
+def resume_arguments(tmp_path: Path, script: str) -> list[str]:
+    """Ten steps with dropout, batches grouped by length and a checkpoint every two steps."""
+    if script == "run_glue":
+        rows = sentiment_rows()
+        data = ["--train_file", write_jsonl(tmp_path / "train.jsonl", rows), "--vocab_size", "200"]
+        data += ["--validation_file", write_jsonl(tmp_path / "validation.jsonl", rows[:8])]
+        data += ["--max_seq_length", "32", "--attention_preset", "band2"]
+    else:
+        data = summarization_files(tmp_path)[:2] + ["--vocab_size", "120", "--attention_preset", "hc-sa"]
+        data += ["--max_source_length", "64", "--max_target_length", "16"]
+    steps = ["--do_train", "--max_steps", "10", "--per_device_train_batch_size", "4", "--learning_rate", "3e-3"]
+    resumable = ["--save_strategy", "steps", "--save_steps", "2", "--dropout", "0.1"]
+    return data + TINY_ENCODER + steps + QUIET_CPU_RUN + resumable + ["--train_sampling_strategy", "group_by_length"]
+
+
+@pytest.mark.parametrize("script", ["run_glue", "run_summarization"])
+def test_a_rerun_resumes_from_its_checkpoint_to_the_same_weights(script, run_glue, run_summarization, tmp_path):
+    """A run stopped after step 6 and started again (it finds checkpoint-6 by itself, tokenizer included) must see
+    the batches, dropout and learning rates of the uninterrupted run and end with bit-identical weights."""
+    from safetensors.torch import load_file
+
+    main = {"run_glue": run_glue, "run_summarization": run_summarization}[script].main
+    arguments = resume_arguments(tmp_path, script)
+    uninterrupted = tmp_path / "uninterrupted"
+    main(arguments + ["--output_dir", str(uninterrupted)])
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    (uninterrupted / "checkpoint-6").rename(resumed / "checkpoint-6")
+    main(arguments + ["--output_dir", str(resumed)])
+    assert json.loads((resumed / "trainer_state.json").read_text())["global_step"] == 10
+    # Resumed, not trained again from the start (which would also give these weights, from the same seed).
+    assert sorted(path.name for path in resumed.glob("checkpoint-*")) == [
+        "checkpoint-10",
+        "checkpoint-6",
+        "checkpoint-8",
+    ]
+    assert logged_losses(resumed)[-2:] == logged_losses(uninterrupted)[-2:]
+    expected, actual = load_file(uninterrupted / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)

@@ -437,6 +437,12 @@ def test_group_by_length_resume_after_an_epoch_boundary_gives_the_same_weights(c
     shutil.copytree(uninterrupted / "checkpoint-6", resumed / "checkpoint-6")
     run_translation.main(arguments + ["--output_dir", str(resumed)])  # picks up checkpoint-6 by itself
     assert read_json(resumed / "trainer_state.json")["global_step"] == 10
+    # Resumed, not trained again from the start (which would also give these weights, from the same seed).
+    assert sorted(path.name for path in resumed.glob("checkpoint-*")) == [
+        "checkpoint-10",
+        "checkpoint-6",
+        "checkpoint-8",
+    ]
     expected, actual = load_file(uninterrupted / "model.safetensors"), load_file(resumed / "model.safetensors")
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)
