@@ -87,9 +87,9 @@ def mixture_log_density(
     against the leading dims as (batch, 1, 1, k_len). Returns (..., q_len, k_len).
     """
     positions = positions[:, None, None, :, None]  # (batch, 1, 1, k_len, 1)
-    log_components = (log_weight - log_normalizer)[..., None, :] - (positions - mean[..., None, :]) ** 2 / (
-        2 * sigma[..., None, :] ** 2
-    )  # (batch, heads, q_len, k_len, K)
+    log_scale = (log_weight - log_normalizer)[..., None, :]  # (..., q_len, 1, K)
+    squared_distance = (positions - mean[..., None, :]) ** 2  # (batch, heads, q_len, k_len, K)
+    log_components = log_scale - squared_distance / (2 * sigma[..., None, :] ** 2)
     return torch.logsumexp(log_components, dim=-1)
 
 
