@@ -51,6 +51,7 @@ TASKS = {
         "script": "training/run_translation.py",
         "metrics": ("bleu", "chrf"),
         "selection_metric": "bleu",
+        "display_scale": 1,
         "arguments": {"predict_with_generate": True},
         "predictions": "generated_predictions.txt",
         "auto_class": "AutoModelForSeq2SeqLM",
@@ -59,6 +60,7 @@ TASKS = {
         "script": "training/run_glue.py",
         "metrics": ("accuracy", "f1", "matthews_correlation"),
         "selection_metric": "accuracy",
+        "display_scale": 100,  # fractions in the results, percent in tables and charts (points, as GLUE reports)
         "arguments": {},
         "predictions": "predict_results.txt",
         "auto_class": "AutoModelForSequenceClassification",
@@ -67,6 +69,7 @@ TASKS = {
         "script": "training/run_summarization.py",
         "metrics": ("rouge1", "rouge2", "rougeL"),
         "selection_metric": "rougeL",
+        "display_scale": 1,
         "arguments": {"predict_with_generate": True},
         "predictions": "generated_predictions.txt",
         "auto_class": "AutoModelForSeq2SeqLM",

@@ -42,8 +42,9 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
-def format_mean_std(values: Sequence[float]) -> str:
-    mean, std = mean_std(values)
+def format_mean_std(values: Sequence[float], scale: float = 1) -> str:
+    """Mean ± std of `values` × `scale` (a task's `display_scale`)."""
+    mean, std = mean_std([value * scale for value in values])
     return f"{mean:.2f}" if std is None else f"{mean:.2f} ± {std:.2f}"
 
 
@@ -279,7 +280,7 @@ def results_table(
 ) -> str:
     """One row per preset in the study's order (seeds, test metrics as mean ± std, validation, p against each
     reference system), then one per outside baseline."""
-    names = TASKS[study.task]["metrics"]
+    names, scale = TASKS[study.task]["metrics"], TASKS[study.task]["display_scale"]
     header = [
         "preset",
         "seeds",
@@ -297,8 +298,8 @@ def results_table(
     for preset in [p for p in study.presets if p in by_preset]:
         runs = by_preset[preset]
         cells = [preset, ",".join(str(r["seed"]) for r in runs)]
-        cells += [format_mean_std([r["test"][n] for r in runs]) for n in names]
-        cells += [format_mean_std([r["validation"][names[0]] for r in runs])]
+        cells += [format_mean_std([r["test"][n] for r in runs], scale) for n in names]
+        cells += [format_mean_std([r["validation"][names[0]] for r in runs], scale)]
         cells += [f"{runs[0]['learning_rate']:g}", f"{runs[0]['parameters']:,}"]
         cells += [f"{statistics.fmean(r['train_seconds'] for r in runs) / 60:.1f} min"]
         for by_reference in tests.values():
@@ -309,8 +310,8 @@ def results_table(
         cells = [
             f"{baseline['baseline']} (outside baseline)",
             "-",
-            *(f"{baseline['test'][n]:.2f}" for n in names),
-            f"{baseline['validation'][names[0]]:.2f}",
+            *(f"{baseline['test'][n] * scale:.2f}" for n in names),
+            f"{baseline['validation'][names[0]] * scale:.2f}",
             "-",
             "-",
             "-",
@@ -322,7 +323,7 @@ def results_table(
 
 def sweep_table(study: Study, sweep: list[dict]) -> str:
     """Validation score of each representative at each setting; the chosen one in bold (once all are in)."""
-    metric = study.selection_metric
+    metric, scale = study.selection_metric, TASKS[study.task]["display_scale"]
     settings = [tuple(sorted(setting.items())) for setting in study.sweep_settings]
     labels = [", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in s) for s in settings]
     header = ["group", "representative", *labels]
@@ -331,7 +332,8 @@ def sweep_table(study: Study, sweep: list[dict]) -> str:
         scores = {}
         for result in sweep:
             if result["preset"] == members[0]:
-                scores[tuple(sorted(result["overrides"].items()))] = result["validation"].get(metric)
+                score = result["validation"].get(metric)
+                scores[tuple(sorted(result["overrides"].items()))] = None if score is None else score * scale
         finished = len(scores) == len(settings)  # the choice is made once every setting has its score
         best = max((v for v in scores.values() if v is not None), default=None) if finished else None
         cells = [
@@ -382,9 +384,9 @@ def loss_chart(study: Study, results: list[dict], path: Path) -> Path:
 def score_chart(study: Study, results: list[dict], path: Path) -> Path:
     """Test score per preset (mean with min-max over seeds); base's mean as a line."""
     plt = pyplot()
-    metric = TASKS[study.task]["metrics"][0]
+    metric, scale = TASKS[study.task]["metrics"][0], TASKS[study.task]["display_scale"]
     presets = [p for p in study.presets if any(r["preset"] == p for r in results)]
-    values = [[r["test"][metric] for r in results if r["preset"] == p] for p in presets]
+    values = [[r["test"][metric] * scale for r in results if r["preset"] == p] for p in presets]
     means = [statistics.fmean(v) for v in values]
     errors = [[m - min(v) for m, v in zip(means, values)], [max(v) - m for m, v in zip(means, values)]]
     figure, axis = plt.subplots(figsize=(max(6, 0.35 * len(presets) + 2), 4.5))
@@ -393,7 +395,7 @@ def score_chart(study: Study, results: list[dict], path: Path) -> Path:
         axis.axhline(means[presets.index("base")], color="tab:red", linewidth=1, label="base")
         axis.legend()
     axis.set_xticks(range(len(presets)), presets, rotation=70, fontsize=8)
-    axis.set_ylabel(f"test {metric}")
+    axis.set_ylabel(f"test {metric}" + (" (%)" if scale == 100 else ""))
     axis.set_title(study.name)
     return save_figure(plt, figure, path)
 
@@ -424,8 +426,8 @@ def summarize(study: Study, readme: Path | None = None) -> Path:
         "",
         study.description,
         "",
-        f"{len(results)} of {sum(len(study.seeds_of(p)) for p in study.presets)} runs finished. Test metrics: mean "
-        f"± std over seeds; p: {BOOTSTRAP_DESCRIPTIONS[study.task].format(samples=BOOTSTRAP_SAMPLES)} against "
+        f"{len(results)} of {sum(len(study.seeds_of(p)) for p in study.presets)} runs finished. Test metrics"
+        f"{' (in percent)' if TASKS[study.task]['display_scale'] == 100 else ''}: mean ± std over seeds; p: {BOOTSTRAP_DESCRIPTIONS[study.task].format(samples=BOOTSTRAP_SAMPLES)} against "
         f"`base` of the same seed (and each outside baseline), one value per seed (p < {SIGNIFICANCE_LEVEL}: a "
         "significant difference).",
         "",

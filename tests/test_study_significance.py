@@ -202,6 +202,10 @@ def test_a_classification_study_is_tested_against_its_test_labels(tmp_path):
     [outcome] = significance(study, load_results(study.results_dir))["base"]["hc-sa"]
     assert outcome["accuracy"]["baseline"] == 0.5 and outcome["accuracy"]["score"] == 1.0
     assert outcome["matthews_correlation"]["score"] == 1.0
+    # Tables show accuracy, F1 and MCC in percent (points), as GLUE reports them; the results keep fractions.
+    readme = summarize(study).read_text()
+    assert "Test metrics (in percent)" in readme
+    assert "| hc-sa | 1 | 50.00 | 50.00 | 0.00 | 50.00 | 0.001 | 10 | 1.0 min |" in readme
 
 
 def test_a_classification_study_without_test_labels_is_not_tested(tmp_path):
