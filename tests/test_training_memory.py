@@ -139,6 +139,39 @@ def test_logits_are_left_out_only_in_training_with_labels():
         assert model(input_ids=SOURCES, labels=LABELS).logits is not None
 
 
+def test_a_wrapped_or_hooked_output_layer_is_not_bypassed_by_the_chunked_loss():
+    """The chunked loss reads `lm_head.weight`; a hook on the head, or a head replaced by another module (an
+    adapter), must still shape the loss: it then goes through `lm_head` with the full logits."""
+    model = make_model("base").train().double()
+    plain_loss, _ = loss_and_gradients(model, 2)
+    handle = model.lm_head.register_forward_hook(lambda module, inputs, output: 2 * output)
+    hooked_loss, _ = loss_and_gradients(model, 2)
+    handle.remove()
+    model.config.loss_chunk_size = 0
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(LABELS)
+    hidden_states = model.model(
+        input_ids=SOURCES, attention_mask=SOURCES != 39, decoder_input_ids=decoder_input_ids
+    ).last_hidden_state
+    logits = 2 * model.lm_head(hidden_states) + model.final_logits_bias
+    expected = LabelSmoother(epsilon=0.0)([logits], LABELS)
+    torch.testing.assert_close(hooked_loss, expected.detach(), atol=1e-12, rtol=0)
+    assert not torch.isclose(hooked_loss, plain_loss)
+
+    class ScaledHead(torch.nn.Module):  # a stand-in for an adapter that wraps the output layer
+        def __init__(self, linear):
+            super().__init__()
+            self.linear = linear
+
+        def forward(self, hidden_states):
+            return 2 * self.linear(hidden_states)
+
+    model.lm_head = ScaledHead(model.lm_head)
+    assert not model.lm_head_is_plain()
+    wrapped_loss, gradients = loss_and_gradients(model, 2)
+    torch.testing.assert_close(wrapped_loss, hooked_loss, atol=1e-12, rtol=0)
+    assert "lm_head.linear.weight" in gradients or "model.shared.weight" in gradients
+
+
 def saved_vocabulary_shapes(model) -> list[tuple[int, ...]]:
     """Shapes of the tensors with a vocabulary-sized axis that a training step keeps for backward."""
     vocab_size = model.config.vocab_size

@@ -548,7 +548,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
 
         In training with labels and `config.loss_chunk_size` > 0 the loss is computed chunk by chunk together with
         its gradients (`fused_cross_entropy.py`) and `logits` is None, as with fused-loss kernels (Liger); otherwise
-        `logits` is (batch, tgt_len, vocab).
+        (and when `lm_head` is not a plain `nn.Linear`, see `lm_head_is_plain`) `logits` is (batch, tgt_len, vocab).
         """
         label_smoothing = kwargs.pop("label_smoothing", 0.0)
         if labels is not None:
@@ -573,7 +573,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         if labels is not None and output_vocab_mask is not None:
             raise ValueError("output_vocab_mask restricts the logits generation decodes over; pass it without labels")
         loss = logits = None
-        if labels is not None and self.training and self.config.loss_chunk_size > 0:
+        if labels is not None and self.training and self.config.loss_chunk_size > 0 and self.lm_head_is_plain():
             loss = chunked_cross_entropy(
                 outputs.last_hidden_state,
                 self.lm_head.weight,
@@ -628,6 +628,13 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             inputs_tensor,
         )
         return fit_generated_length(self.config, generation_config, has_default_max_length, input_ids_length)
+
+    def lm_head_is_plain(self) -> bool:
+        """Whether `lm_head` is a plain `nn.Linear` without hooks, whose weight the chunked loss may read directly:
+        a replaced or wrapped head (an adapter such as LoRA, a quantized layer) or a hook on it must see its
+        inputs, so the loss then goes through `lm_head` itself."""
+        head = self.lm_head
+        return type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
 
     def set_vocab_shortlist(self, candidates: torch.Tensor, frequent: torch.Tensor) -> None:
         """Attach a vocabulary shortlist (built from the training data by `hf_simple_attn.shortlist`): `candidates`
