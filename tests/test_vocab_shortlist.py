@@ -154,6 +154,27 @@ def test_save_and_load_keep_the_shortlist_and_its_code(tmp_path, tiny_tokenizer)
     assert plain.shortlist is None and info["unexpected_keys"] == set()
 
 
+def test_a_hooked_output_layer_decodes_over_the_shortlist_through_the_hook(tiny_tokenizer):
+    """The candidates' logits are read from `lm_head.weight` only for a plain head; a hook (or an adapter wrapping
+    the head) is applied, and only the candidates remain."""
+    model = make_model("base")
+    candidates, frequent = restricted_shortlist()
+    model.set_vocab_shortlist(candidates, frequent)
+    alone = tiny_tokenizer(SENTENCES[1:2], return_tensors="pt")
+    allowed = allowed_tokens(candidates, frequent, alone["input_ids"][0], alone["attention_mask"][0])
+    favoured, outside = 5, min(set(range(2, VOCAB - 1)) - allowed)  # 5 is frequent: always a candidate
+    # The tiny model's generation config forces eos at the last step.
+    for token, expected in ((favoured, [VOCAB - 1] + [favoured] * 3 + [0]), (outside, None)):
+        boost = torch.zeros(VOCAB)
+        boost[token] = 100.0
+        handle = model.lm_head.register_forward_hook(lambda module, inputs, output: output + boost)
+        output = model.generate(**alone, max_new_tokens=4, use_shortlist=True)[0].tolist()
+        handle.remove()
+        assert set(output) <= allowed
+        if expected is not None:
+            assert output == expected
+
+
 def test_resizing_the_vocabulary_fits_the_shortlist_and_the_checkpoint_reloads(tmp_path):
     model = make_model("base")
     candidates, frequent = restricted_shortlist()

@@ -582,11 +582,13 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
                 self.config.loss_chunk_size,
                 label_smoothing,
             )
-        elif output_vocab_mask is not None:
+        elif output_vocab_mask is not None and self.lm_head_is_plain():
             rows = self.candidate_rows.get(output_vocab_mask, self.lm_head.weight, self.final_logits_bias)
             logits = shortlist_logits(outputs.last_hidden_state, rows, self.lm_head.weight.shape[0])
         else:
             logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias
+            if output_vocab_mask is not None:  # the shortlist's candidates of a head whose rows cannot be read
+                logits = logits.masked_fill(~output_vocab_mask.any(dim=0), float("-inf"))
             if labels is not None:
                 loss = nn.functional.cross_entropy(
                     logits.flatten(0, 1), labels.flatten(), label_smoothing=label_smoothing, reduction="sum"
@@ -630,9 +632,9 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         return fit_generated_length(self.config, generation_config, has_default_max_length, input_ids_length)
 
     def lm_head_is_plain(self) -> bool:
-        """Whether `lm_head` is a plain `nn.Linear` without hooks, whose weight the chunked loss may read directly:
-        a replaced or wrapped head (an adapter such as LoRA, a quantized layer) or a hook on it must see its
-        inputs, so the loss then goes through `lm_head` itself."""
+        """Whether `lm_head` is a plain `nn.Linear` without hooks, whose weight the chunked loss and the shortlist's
+        candidate logits may read directly. A replaced or wrapped head (an adapter such as LoRA, a quantized layer)
+        or a hook on it must see its inputs, so both then go through `lm_head` itself, with the full logits."""
         head = self.lm_head
         return type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
 
