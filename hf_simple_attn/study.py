@@ -439,12 +439,20 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
     path = result_path(study, run, sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
     set_aside_other_run(path, run)
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     predictions = run_dir / TASKS[study.task]["predictions"]
     if predictions.is_file():
         shutil.copyfile(predictions, path.with_suffix(".test.txt"))
+    # Last and whole: a result file marks a finished run, so a kill here must leave either none or all of it.
+    write_text_atomically(path, json.dumps(result, indent=1) + "\n")
     add_study_to_card(run_dir / "README.md", study_card_section(study, run, result, path))
     return result
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write `path` through a temporary file beside it, so that it is never seen half written."""
+    staging = path.with_name(f".{path.name}.partial")
+    staging.write_text(text, encoding="utf-8")
+    staging.replace(path)
 
 
 def set_aside_other_run(path: Path, run: Run) -> None:
@@ -626,7 +634,7 @@ def write_baseline_result(study: Study, name: str) -> Path | None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.with_suffix(".test.txt").write_text("\n".join(predictions) + "\n", encoding="utf-8")
     result["signatures"] = scorer.signatures
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_text_atomically(path, json.dumps(result, indent=1) + "\n")
     logger.info("%s: validation %s, test %s", path.name, result["validation"], result["test"])
     return path
 

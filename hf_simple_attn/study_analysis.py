@@ -28,7 +28,7 @@ from transformers import AutoTokenizer
 from .modeling.attention_gaussian_mixture import GaussianMixtureHeads
 from .modeling.attention_registry import SITES
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
-from .study import Run, Study, evaluation_texts, main_runs, run_finished
+from .study import Run, Study, evaluation_texts, main_runs, run_finished, write_text_atomically
 from .study_summary import pyplot, save_figure
 
 
@@ -536,7 +536,7 @@ def run_analyses(
 
 def write_json(path: Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    write_text_atomically(path, json.dumps(data, indent=1) + "\n")  # its presence marks an analysed run
     return path
 
 

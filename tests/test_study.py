@@ -26,6 +26,7 @@ from hf_simple_attn.study import (
     run_study,
     set_aside_other_run,
     sweep_runs,
+    write_text_atomically,
 )
 from hf_simple_attn.study_summary import load_results, paired_bootstrap, summarize
 
@@ -196,6 +197,26 @@ def test_a_replaced_result_is_set_aside_not_overwritten(tmp_path):
     path.write_text(json.dumps({"run": new_run.name}))
     set_aside_other_run(path, new_run)  # this run's own result stays
     assert path.is_file() and len(list(superseded.iterdir())) == 3
+
+
+def test_a_result_file_is_never_seen_half_written(tmp_path, monkeypatch):
+    """A result file marks a finished run: one cut off while being written must not exist, nor be read by the
+    summary."""
+    study = load_study(write_spec(tmp_path, presets=["base"]))
+    path = result_path(study, Run("base", 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def killed(self, target):
+        raise KeyboardInterrupt  # the process dies between writing and renaming
+
+    monkeypatch.setattr(Path, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomically(path, json.dumps({"preset": "base", "seed": 1}))
+    monkeypatch.undo()
+    assert not path.exists() and read_result(study, Run("base", 1)) is None
+    assert (Run("base", 1), False) in pending_runs(study) and load_results(study.results_dir) == []
+    write_text_atomically(path, json.dumps({"preset": "base", "seed": 1}))
+    assert json.loads(path.read_text()) == {"preset": "base", "seed": 1}
 
 
 def wait_for(condition, timeout: float) -> None:
