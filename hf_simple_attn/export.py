@@ -39,8 +39,8 @@ from torch import nn
 from transformers import AutoTokenizer, GenerationConfig, GenerationMixin
 from transformers.generation import GenerationMode, StoppingCriteriaList
 
-from .candidate_vocabulary import CandidateVocabulary
 from .modeling.cache import new_decoder_cache
+from .modeling.candidate_vocabulary import CandidateVocabulary, beam_fill_token
 from .modeling.configuration_simple_attn import SimpleAttnMarianConfig
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel, fit_generated_length
 from .modeling.stack import position_limits
@@ -651,13 +651,6 @@ class OnnxSeq2SeqModel(GenerationMixin):
         sequences = self._flatten_beam_dim(sequences[:, :num_return_sequences, :])
         beam_indices = self._flatten_beam_dim(beam_indices[:, :num_return_sequences, :])
         return sequences[:, : decoder_prompt_len + (beam_indices + 1).bool().sum(dim=1).max()]
-
-
-def beam_fill_token(generation_config) -> int:
-    """What transformers' beam search writes after the end of a finished hypothesis: the pad token, or the first
-    end-of-sequence token when the pad id is 0 or unset, or -1 without either."""
-    pad_token_id, eos_token_id = generation_config._pad_token_tensor, generation_config._eos_token_tensor
-    return int(pad_token_id or eos_token_id[0] if eos_token_id is not None else -1)
 
 
 def load_shortlist(config, path: Path) -> tuple[VocabShortlist | None, torch.Tensor | None, torch.Tensor | None]:

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from hf_simple_attn.candidate_vocabulary import CandidateVocabulary
+from hf_simple_attn.modeling.candidate_vocabulary import CandidateVocabulary
 
 from conftest import TINY_MARIAN, make_model
 

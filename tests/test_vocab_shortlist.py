@@ -6,9 +6,11 @@ import textwrap
 
 import pytest
 import torch
+from transformers import LogitsProcessorList
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, TranslationPipeline
 from hf_simple_attn.cli import main
+from hf_simple_attn.modeling.candidate_vocabulary import CandidateVocabulary
 from hf_simple_attn.modeling.vocab_shortlist import CandidateRows
 from hf_simple_attn.shortlist import build_shortlist, shortlist_coverage
 
@@ -84,6 +86,77 @@ def test_a_restricted_shortlist_generates_only_the_candidates_of_the_batch(tiny_
     assert set(output[0].tolist()) <= allowed_tokens(
         candidates, frequent, alone["input_ids"][0], alone["attention_mask"][0]
     )
+
+
+def logits_widths(model) -> list[int]:
+    """The width of the logits of every forward call of `model` from now on."""
+    widths = []
+    model.register_forward_hook(lambda module, inputs, output: widths.append(output.logits.shape[-1]))
+    return widths
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_the_shortlist_search_runs_over_the_candidates_and_chooses_the_same_tokens(
+    tiny_tokenizer, num_beams, monkeypatch
+):
+    """The candidates become the search's vocabulary (logits of their width only); every option's token ids are
+    carried into it, so it chooses exactly the tokens of the search over the whole vocabulary with -inf."""
+    model = make_model("base")
+    candidates, frequent = restricted_shortlist()
+    model.set_vocab_shortlist(candidates, frequent)
+    batch = source_batch(tiny_tokenizer)
+    allowed = set().union(
+        *(
+            allowed_tokens(candidates, frequent, ids, mask)
+            for ids, mask in zip(batch["input_ids"], batch["attention_mask"])
+        )
+    )
+    outside = min(set(range(VOCAB)) - allowed)
+    options = dict(
+        num_beams=num_beams,
+        num_return_sequences=num_beams,
+        max_new_tokens=8,
+        min_new_tokens=3,
+        no_repeat_ngram_size=2,
+        repetition_penalty=1.3,
+        bad_words_ids=[[5], [outside]],  # a candidate (frequent) and a token outside the candidates
+        suppress_tokens=[9, outside],
+        length_penalty=0.8,
+        use_shortlist=True,
+        return_dict_in_generate=True,
+    )
+    widths = logits_widths(model)
+    searched = model.generate(**batch, **options)
+    assert widths and set(widths) == {len(allowed)}
+    widths.clear()
+    monkeypatch.setattr(CandidateVocabulary, "search_config", lambda self, config, model: None)
+    expected = model.generate(**batch, **options)
+    assert set(widths) == {VOCAB}
+    assert torch.equal(searched.sequences, expected.sequences)
+    assert not set(searched.sequences.flatten().tolist()) & {5, 9, outside}
+    if num_beams > 1:
+        torch.testing.assert_close(searched.sequences_scores, expected.sequences_scores)
+        assert torch.equal(searched.beam_indices, expected.beam_indices)
+
+
+def test_the_shortlist_searches_the_whole_vocabulary_when_the_call_needs_it(tiny_tokenizer):
+    """Scores in the output, a logits processor, sampling, or a forced token outside the candidates: the search runs
+    over the whole vocabulary (-inf outside the candidates), as before."""
+    model = make_model("base")
+    candidates, frequent = restricted_shortlist()
+    model.set_vocab_shortlist(candidates, frequent)
+    batch = source_batch(tiny_tokenizer)
+    outside = min(set(range(2, VOCAB)) - set(candidates[batch["input_ids"]].flatten().tolist()) - {5, 9})
+    widths = logits_widths(model)
+    for options in (
+        dict(output_scores=True, return_dict_in_generate=True),
+        dict(logits_processor=LogitsProcessorList()),
+        dict(do_sample=True),
+        dict(forced_bos_token_id=outside),
+    ):
+        widths.clear()
+        model.generate(**batch, max_new_tokens=4, use_shortlist=True, **options)
+        assert set(widths) == {VOCAB}, options
 
 
 def test_shortlist_logits_are_the_full_logits_of_the_candidates(tiny_tokenizer):

@@ -12,6 +12,7 @@ from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
+from transformers.generation import GenerationMode
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -25,6 +26,7 @@ from transformers.utils import can_return_tuple
 from .attention import SimpleAttention, tie_query_key_projections
 from .attention_registry import AttentionContext
 from .cache import new_decoder_cache
+from .candidate_vocabulary import CandidateVocabulary, beam_fill_token
 from .configuration_simple_attn import SimpleAttnMarianConfig
 from .fused_cross_entropy import chunked_cross_entropy
 from .modeling_simple_attn_common import SimpleAttnBasePreTrainedModel
@@ -44,6 +46,19 @@ from .vocab_shortlist import (
     resized_vocab_shortlist,
     shortlist_logits,
     shortlist_requested,
+)
+
+
+# Arguments of `generate` that see token ids of the whole vocabulary: with them, a shortlist's search runs over it.
+WHOLE_VOCABULARY_ARGUMENTS = (
+    "logits_processor",
+    "stopping_criteria",
+    "prefix_allowed_tokens_fn",
+    "assistant_model",
+    "streamer",
+    "negative_prompt_ids",
+    "custom_generate",
+    "decoder_input_ids",
 )
 
 
@@ -533,6 +548,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         output_vocab_mask: torch.BoolTensor | None = None,
+        candidate_vocabulary: CandidateVocabulary | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
@@ -545,12 +561,18 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         holds "label" for a label input, and computes no evaluation loss when an input lacks it.
         output_vocab_mask: (rows, vocab) bool, the output tokens to compute (`generate` fills it with
         `use_shortlist=True`, see `vocab_shortlist.py`): logits of the tokens any row allows, -inf elsewhere.
+        candidate_vocabulary: a search over a shortlist's candidates alone (`generate` sets it, see
+        `candidate_search`): `decoder_input_ids` are candidate indices and `logits` (batch, tgt_len, candidates).
 
         In training with labels and `config.loss_chunk_size` > 0 the loss is computed chunk by chunk together with
         its gradients (`fused_cross_entropy.py`) and `logits` is None, as with fused-loss kernels (Liger); otherwise
         (and when `lm_head` is not a plain `nn.Linear`, see `lm_head_is_plain`) `logits` is (batch, tgt_len, vocab).
         """
         label_smoothing = kwargs.pop("label_smoothing", 0.0)
+        if candidate_vocabulary is not None:
+            if labels is not None or output_vocab_mask is not None:
+                raise ValueError("candidate_vocabulary is generate's search over candidates; pass it alone")
+            decoder_input_ids = candidate_vocabulary.to_vocabulary(decoder_input_ids)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -582,6 +604,8 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
                 self.config.loss_chunk_size,
                 label_smoothing,
             )
+        elif candidate_vocabulary is not None:
+            logits = candidate_vocabulary.logits(outputs.last_hidden_state)
         elif output_vocab_mask is not None and self.lm_head_is_plain():
             rows = self.candidate_rows.get(output_vocab_mask, self.lm_head.weight, self.final_logits_bias)
             logits = shortlist_logits(outputs.last_hidden_state, rows, self.lm_head.weight.shape[0])
@@ -644,6 +668,69 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         every sentence may produce. Sets `config.shortlist_top_k` and `config.shortlist_frequent`; saved with the
         weights; off until `generate(..., use_shortlist=True)`."""
         self.shortlist = new_vocab_shortlist(self.config, candidates, frequent).to(self.device)
+
+    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
+        """transformers' `generate`; with `use_shortlist=True` its search runs over the batch's candidates alone where
+        the call allows it (`candidate_search`), and the output is mapped back to the vocabulary."""
+        search = self.candidate_search(inputs, generation_config, kwargs)
+        if search is None:
+            return super().generate(inputs, generation_config, **kwargs)
+        vocabulary, search_config, model_kwargs = search
+        # The defaults `generate` fills unset options from must be the search's own, in candidate indices too.
+        model_defaults, self.generation_config = self.generation_config, search_config
+        try:
+            output = super().generate(inputs, search_config, candidate_vocabulary=vocabulary, **model_kwargs)
+        finally:
+            self.generation_config = model_defaults
+        if isinstance(output, torch.Tensor):
+            return vocabulary.to_vocabulary(output)
+        output.sequences = vocabulary.to_vocabulary(output.sequences)
+        return output
+
+    def candidate_search(
+        self, inputs: torch.Tensor | None, generation_config, kwargs: dict
+    ) -> tuple[CandidateVocabulary, object, dict] | None:
+        """(the candidates as a vocabulary, this call's generation config in candidate indices, the model kwargs) for
+        a `generate` call with `use_shortlist=True` whose search can run over the candidates alone and choose the
+        same tokens (`candidate_vocabulary.py`): greedy or beam search, every token id of the options carried over,
+        no argument that sees the whole vocabulary (a logits processor, a streamer, scores in the output, ...);
+        None otherwise, for the search over the whole vocabulary with -inf outside the candidates."""
+        if self.shortlist is None or not self.lm_head_is_plain():
+            return None
+        if any(kwargs.get(name) is not None for name in WHOLE_VOCABULARY_ARGUMENTS):
+            return None
+        source_ids = kwargs.get("input_ids") if inputs is None else inputs
+        config, model_kwargs = self._prepare_generation_config(generation_config, **kwargs)
+        if source_ids is None or not shortlist_requested(config, self.shortlist):
+            return None
+        mode = config.get_generation_mode()
+        if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.BEAM_SEARCH):
+            return None
+        if config.output_scores or config.output_logits or config.watermarking_config is not None:
+            return None
+        self._prepare_special_tokens(config, "attention_mask" in model_kwargs, device=self.device)
+        mask = self.shortlist.candidate_mask(source_ids, model_kwargs.get("attention_mask")).any(dim=0, keepdim=True)
+        vocabulary = CandidateVocabulary(
+            *CandidateRows().get(mask, self.lm_head.weight, self.final_logits_bias), self.lm_head.weight.shape[0]
+        )
+        search_config = vocabulary.search_config(config, self)
+        if search_config is None:
+            return None
+        fill_token = beam_fill_token(search_config)  # the beam search's filler after an end: the same token?
+        if (
+            mode == GenerationMode.BEAM_SEARCH
+            and fill_token >= 0
+            and vocabulary.ids[fill_token] != beam_fill_token(config)
+        ):
+            return None
+        search_config.use_shortlist = False
+        for name in ("max_length", "min_length"):  # left to `generate`'s defaults as in the call, if they were
+            if kwargs.get(name) is None and getattr(generation_config, name, None) is None:
+                if getattr(self.generation_config, name) is None:
+                    setattr(search_config, name, None)
+        for name in ("output_attentions", "output_hidden_states"):  # options of the config, not of the model
+            model_kwargs.pop(name, None)
+        return vocabulary, search_config, model_kwargs
 
     def _prepare_generation_config(self, generation_config, **kwargs):
         """Also take `use_shortlist` (`vocab_shortlist.py`) as a generation option, like `num_beams`; it is set on

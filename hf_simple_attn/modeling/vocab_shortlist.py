@@ -5,10 +5,13 @@ The table, built from the training data (`hf_simple_attn.shortlist`), lists for 
 tokens it most likely translates into (-1 fills the rows of tokens with fewer); every sentence may also produce the
 `frequent` target tokens and the special tokens of the config. With `generate(..., use_shortlist=True)` (or
 `model.generation_config.use_shortlist = True`, saved in `generation_config.json`) the source tokens of the batch are
-looked up once per call, giving `output_vocab_mask`; each decoding step then computes the logits of these candidates
-only and sets every other logit to -inf. As in Marian and CTranslate2 the candidates are the union over the batch's
-sentences, so a sentence may translate differently in another batch; alone, it gets only its own candidates.
-Generation stays in the full vocabulary: logits processors, scores and output ids are unchanged in meaning.
+looked up once per call and the search runs over these candidates alone (`candidate_vocabulary.py`: the logits of
+the candidates only, the options' token ids carried into candidate indices, the output mapped back), choosing the
+tokens a search over the whole vocabulary with -inf outside the candidates would. A call that needs the whole
+vocabulary (scores in the output, a logits processor or streamer of its own, sampling) gets exactly that search:
+`output_vocab_mask` computes the candidates' logits and sets every other one to -inf. As in Marian and CTranslate2 the
+candidates are the union over the batch's sentences, so a sentence may translate differently in another batch; alone,
+it gets only its own candidates.
 """
 
 import torch

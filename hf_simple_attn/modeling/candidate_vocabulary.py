@@ -10,7 +10,8 @@ probability 0, the search chooses the same tokens as over the whole vocabulary w
 
 An option whose token ids cannot be carried over (a forced token that is not a candidate, `sequence_bias`, the
 encoder-side repetition options, which compare source with target ids) gives `search_config` None: the caller
-then searches the whole vocabulary.
+then searches the whole vocabulary. Callers: `SimpleAttnMarianMTModel.generate` (`candidate_search`) and
+`OnnxSeq2SeqModel.generate`.
 """
 
 import copy
@@ -31,6 +32,13 @@ UNCARRIED_OPTIONS = {
 SPECIAL_TOKENS = ("bos", "eos", "pad", "decoder_start")
 
 
+def beam_fill_token(generation_config) -> int:
+    """What transformers' beam search writes after the end of a finished hypothesis: the pad token, or the first
+    end-of-sequence token when the pad id is 0 or unset, or -1 without either."""
+    pad_token_id, eos_token_id = generation_config._pad_token_tensor, generation_config._eos_token_tensor
+    return int(pad_token_id or eos_token_id[0] if eos_token_id is not None else -1)
+
+
 class CandidateVocabulary:
     """The candidates of one `generate` call (`ids`, (candidates,) sorted target ids) with their output-layer rows
     (`weight` (candidates, d_model), `bias` (candidates,)); `index` (vocabulary,) gives a target id's candidate
@@ -38,7 +46,7 @@ class CandidateVocabulary:
 
     def __init__(self, ids: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, vocab_size: int):
         self.ids, self.weight, self.bias = ids, weight, bias
-        self.index = torch.full((vocab_size,), -1, dtype=torch.long)
+        self.index = torch.full((vocab_size,), -1, dtype=torch.long, device=ids.device)
         self.index[ids] = torch.arange(len(ids))
 
     def logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -92,4 +100,4 @@ class CandidateVocabulary:
         return search_config
 
 
-__all__ = ["CandidateVocabulary"]
+__all__ = ["CandidateVocabulary", "beam_fill_token"]
