@@ -669,6 +669,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         weights; off until `generate(..., use_shortlist=True)`."""
         self.shortlist = new_vocab_shortlist(self.config, candidates, frequent).to(self.device)
 
+    @torch.no_grad()
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
         """transformers' `generate`; with `use_shortlist=True` its search runs over the batch's candidates alone where
         the call allows it (`candidate_search`), and the output is mapped back to the vocabulary."""
