@@ -39,23 +39,15 @@ from ctranslate2.converters import Converter
 from ctranslate2.converters.transformers import BartLoader, MarianMTLoader
 from transformers import AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel
 
-from .modeling.configuration_simple_attn import SimpleAttnMarianConfig
+from .modeling.configuration_simple_attn import SIZE_FIELDS, SimpleAttnMarianConfig
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
 
 
-# The MarianConfig fields a SimpleAttnMarianConfig carries with the same meaning: sizes (heads, layers, feed-forward,
-# vocabulary, positions of the sinusoidal table), activation, embedding scale and sharing, special token ids.
+# The MarianConfig fields a SimpleAttnMarianConfig carries with the same meaning: its sizes (heads, layers,
+# feed-forward, vocabulary, positions of the sinusoidal table), activation, embedding scale and sharing, special ids.
 MARIAN_FIELDS = (
-    "vocab_size",
+    *SIZE_FIELDS,
     "decoder_vocab_size",
-    "max_position_embeddings",
-    "d_model",
-    "encoder_layers",
-    "decoder_layers",
-    "encoder_attention_heads",
-    "decoder_attention_heads",
-    "encoder_ffn_dim",
-    "decoder_ffn_dim",
     "activation_function",
     "scale_embedding",
     "share_encoder_decoder_embeddings",
