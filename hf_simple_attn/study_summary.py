@@ -278,13 +278,20 @@ def significance(study: Study, results: list[dict]) -> dict[str, dict[str, list[
 def results_table(
     study: Study, results: list[dict], tests: dict[str, dict[str, list[dict]]], baselines: list[dict]
 ) -> str:
-    """One row per preset in the study's order (seeds, test metrics as mean ± std, validation, p against each
-    reference system), then one per outside baseline."""
+    """One row per preset in the study's order (seeds, test metrics as mean ± std, the first one's difference from
+    `base`'s mean, validation, p against each reference system), then one per outside baseline."""
     names, scale = TASKS[study.task]["metrics"], TASKS[study.task]["display_scale"]
+    by_preset = {}
+    for result in results:
+        by_preset.setdefault(result["preset"], []).append(result)
+    base_mean = None
+    if "base" in by_preset:
+        base_mean = statistics.fmean(r["test"][names[0]] * scale for r in by_preset["base"])
     header = [
         "preset",
         "seeds",
         *(f"test {n}" for n in names),
+        *([f"Δ vs base ({names[0]})"] if base_mean is not None else []),
         f"validation {names[0]}",
         "lr",
         "parameters",
@@ -292,13 +299,13 @@ def results_table(
         *(f"p vs {reference} ({names[0]})" for reference in tests),
     ]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    by_preset = {}
-    for result in results:
-        by_preset.setdefault(result["preset"], []).append(result)
     for preset in [p for p in study.presets if p in by_preset]:
         runs = by_preset[preset]
         cells = [preset, ",".join(str(r["seed"]) for r in runs)]
         cells += [format_mean_std([r["test"][n] for r in runs], scale) for n in names]
+        if base_mean is not None:
+            difference = statistics.fmean(r["test"][names[0]] * scale for r in runs) - base_mean
+            cells.append("-" if preset == "base" else f"{difference:+.2f}")
         cells += [format_mean_std([r["validation"][names[0]] for r in runs], scale)]
         cells += [f"{runs[0]['learning_rate']:g}", f"{runs[0]['parameters']:,}"]
         cells += [f"{statistics.fmean(r['train_seconds'] for r in runs) / 60:.1f} min"]
@@ -311,6 +318,7 @@ def results_table(
             f"{baseline['baseline']} (outside baseline)",
             "-",
             *(f"{baseline['test'][n] * scale:.2f}" for n in names),
+            *([f"{baseline['test'][names[0]] * scale - base_mean:+.2f}"] if base_mean is not None else []),
             f"{baseline['validation'][names[0]] * scale:.2f}",
             "-",
             "-",

@@ -176,12 +176,14 @@ def test_a_summarization_study_is_tested_against_its_test_summaries(tmp_path):
     assert (sources, references) == (TEXTS[:4], SUMMARIES[:4])  # --max_predict_samples, in order
     scores = {"rouge1": 50.0, "rouge2": 25.0, "rougeL": 50.0}
     fake_run(study, "base", ["a library", "version 1", "", "mats"], scores)
-    fake_run(study, "hc-sa", SUMMARIES[:4], scores)
+    fake_run(study, "hc-sa", SUMMARIES[:4], dict(scores, rouge1=62.5))
     [outcome] = significance(study, load_results(study.results_dir))["base"]["hc-sa"]
     assert outcome["seed"] == 1 and set(outcome) == {"seed", "rouge1", "rouge2", "rougeL"}
     assert outcome["rouge1"]["score"] == 100.0 and outcome["rouge1"]["baseline"] < 50
     readme = summarize(study).read_text()
     assert "p vs base (rouge1)" in readme and "paired bootstrap of per-summary ROUGE F-measures" in readme
+    # The difference of the first metric's means from base's, in the table's units.
+    assert "| Δ vs base (rouge1) |" in readme and "| hc-sa | 1 | 62.50 | 25.00 | 50.00 | +12.50 |" in readme
 
 
 def classification_study(folder: Path, test_labels: bool = True):
@@ -205,7 +207,7 @@ def test_a_classification_study_is_tested_against_its_test_labels(tmp_path):
     # Tables show accuracy, F1 and MCC in percent (points), as GLUE reports them; the results keep fractions.
     readme = summarize(study).read_text()
     assert "Test metrics (in percent)" in readme
-    assert "| hc-sa | 1 | 50.00 | 50.00 | 0.00 | 50.00 | 0.001 | 10 | 1.0 min |" in readme
+    assert "| hc-sa | 1 | 50.00 | 50.00 | 0.00 | +0.00 | 50.00 | 0.001 | 10 | 1.0 min |" in readme
 
 
 def test_a_classification_study_without_test_labels_is_not_tested(tmp_path):
