@@ -159,6 +159,19 @@ def test_the_shortlist_searches_the_whole_vocabulary_when_the_call_needs_it(tiny
         assert set(widths) == {VOCAB}, options
 
 
+def test_beam_search_keeps_the_whole_vocabulary_when_its_filler_would_change(tiny_tokenizer):
+    """transformers' beam search writes pad after a finished hypothesis, or eos when pad's id is 0. With pad 1 the
+    smallest candidate, pad would be candidate 0 and the filler eos: that search keeps the whole vocabulary."""
+    model = make_model("base", pad_token_id=1, eos_token_id=5, forced_eos_token_id=5, decoder_start_token_id=1)
+    model.set_vocab_shortlist(*restricted_shortlist())
+    batch = source_batch(tiny_tokenizer)
+    widths = logits_widths(model)
+    for num_beams, whole_vocabulary in ((1, False), (3, True)):
+        widths.clear()
+        model.generate(**batch, num_beams=num_beams, max_new_tokens=6, use_shortlist=True)
+        assert (set(widths) == {VOCAB}) == whole_vocabulary, num_beams
+
+
 def test_shortlist_logits_are_the_full_logits_of_the_candidates(tiny_tokenizer):
     model = make_model("base")
     model.set_vocab_shortlist(*restricted_shortlist())

@@ -717,12 +717,10 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         search_config = vocabulary.search_config(config, self)
         if search_config is None:
             return None
-        fill_token = beam_fill_token(search_config)  # the beam search's filler after an end: the same token?
-        if (
-            mode == GenerationMode.BEAM_SEARCH
-            and fill_token >= 0
-            and vocabulary.ids[fill_token] != beam_fill_token(config)
-        ):
+        # What beam search writes after a hypothesis ends must map back to the token it writes over the vocabulary.
+        fill_token = beam_fill_token(search_config)
+        fill_token = int(vocabulary.ids[fill_token]) if fill_token >= 0 else fill_token
+        if mode == GenerationMode.BEAM_SEARCH and fill_token != beam_fill_token(config):
             return None
         search_config.use_shortlist = False
         for name in ("max_length", "min_length"):  # left to `generate`'s defaults as in the call, if they were
