@@ -214,7 +214,7 @@ def measure_large_vocabulary(shortlist: Shortlist, source_ids: list[list[int]], 
         "input_ids": torch.tensor([ids + [model.config.pad_token_id] * (longest - len(ids)) for ids in source_ids]),
         "attention_mask": torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids in source_ids]),
     }
-    union = model.shortlist.candidate_mask(batch["input_ids"], batch["attention_mask"]).any(dim=0, keepdim=True)
+    union = model.shortlist.batch_mask(batch["input_ids"], batch["attention_mask"])
     hidden_states = torch.randn(len(source_ids), 1, model.config.d_model)  # one decoding step
     candidate_rows = CandidateRows()  # gathered once, as for the steps of one `generate` call
 

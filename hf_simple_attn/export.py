@@ -494,7 +494,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         fill_token = beam_fill_token(generation_config)
         candidate_rows = vocabulary = None
         if shortlist_requested(generation_config, self.shortlist):
-            candidates = self.shortlist.candidate_mask(input_ids, attention_mask).any(dim=0, keepdim=True)
+            candidates = self.shortlist.batch_mask(input_ids, attention_mask)
             candidate_rows = CandidateRows().get(candidates, self.output_weight, self.output_bias)
             vocabulary = CandidateVocabulary(*candidate_rows, len(self.output_weight))
             search_config = vocabulary.search_config(generation_config, self)

@@ -710,7 +710,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         if config.output_scores or config.output_logits or config.watermarking_config is not None:
             return None
         self._prepare_special_tokens(config, "attention_mask" in model_kwargs, device=self.device)
-        mask = self.shortlist.candidate_mask(source_ids, model_kwargs.get("attention_mask")).any(dim=0, keepdim=True)
+        mask = self.shortlist.batch_mask(source_ids, model_kwargs.get("attention_mask"))
         vocabulary = CandidateVocabulary(
             *CandidateRows().get(mask, self.lm_head.weight, self.final_logits_bias), self.lm_head.weight.shape[0]
         )
@@ -751,8 +751,9 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         if shortlist_requested(generation_config, self.shortlist):
             if model_input_name != "input_ids":
                 raise ValueError(f"use_shortlist=True looks up the source input_ids; generate got {model_input_name}")
-            candidates = self.shortlist.candidate_mask(inputs_tensor, model_kwargs.get("attention_mask"))
-            model_kwargs["output_vocab_mask"] = candidates.any(dim=0, keepdim=True)
+            model_kwargs["output_vocab_mask"] = self.shortlist.batch_mask(
+                inputs_tensor, model_kwargs.get("attention_mask")
+            )
         return model_kwargs
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):

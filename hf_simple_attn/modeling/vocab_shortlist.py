@@ -54,6 +54,11 @@ class VocabShortlist(nn.Module):
         mask[:, self.special_ids] = True
         return mask
 
+    def batch_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """(batch, source) source tokens -> (1, target vocabulary) bool: the batch's candidates, the union over its
+        sentences (as in Marian and CTranslate2)."""
+        return self.candidate_mask(input_ids, attention_mask).any(dim=0, keepdim=True)
+
 
 def new_vocab_shortlist(config, candidates: torch.Tensor, frequent: torch.Tensor) -> VocabShortlist:
     """A shortlist holding `candidates` (source vocabulary, top_k) and `frequent` (any length), checked against the
