@@ -125,6 +125,8 @@ def test_bad_layouts_raise_layout_error():
         tiny_config(attention_layout={"encoder_self": {"groups": [{"kind": "local", "masks": ["band-x"]}]}})
     with pytest.raises(ValueError, match="encoder only"):
         tiny_config(is_decoder=True)
+    with pytest.raises(ValueError, match=r"classifier_pooling='max': expected one of cls, mean"):
+        tiny_config(classifier_pooling="max")
 
 
 def test_config_round_trip_and_preset():
@@ -141,11 +143,14 @@ def test_config_round_trip_and_preset():
 
 
 @pytest.mark.parametrize(
-    "layout", [None, HC_LAYOUT, BAND2_LAYOUT, MIXED_TIED_LAYOUT], ids=["base", "hc", "band2", "mixed"]
+    "layout, pooling",
+    [(None, "cls"), (HC_LAYOUT, "cls"), (BAND2_LAYOUT, "cls"), (MIXED_TIED_LAYOUT, "cls"), (BAND2_LAYOUT, "mean")],
+    ids=["base", "hc", "band2", "mixed", "band2-mean-pooling"],
 )
-def test_padded_batch_equals_each_example_alone(layout):
+def test_padded_batch_equals_each_example_alone(layout, pooling):
     torch.manual_seed(0)
-    model = SimpleAttnBertForSequenceClassification(tiny_config(attention_layout=layout, num_labels=3)).eval()
+    config = tiny_config(attention_layout=layout, num_labels=3, classifier_pooling=pooling)
+    model = SimpleAttnBertForSequenceClassification(config).eval()
     lengths = [7, 3, 5]
     input_ids, attention_mask = padded_bert_batch(lengths)
     with torch.no_grad():
@@ -156,6 +161,45 @@ def test_padded_batch_equals_each_example_alone(layout):
             torch.testing.assert_close(
                 batch.hidden_states[-1][row, :length], alone.hidden_states[-1][0], atol=1e-5, rtol=1e-5
             )
+
+
+def test_mean_pooling_feeds_the_pooler_the_mean_of_the_real_tokens():
+    torch.manual_seed(0)
+    model = SimpleAttnBertModel(tiny_config(classifier_pooling="mean")).eval()
+    input_ids, attention_mask = padded_bert_batch([6, 2])
+    with torch.no_grad():
+        outputs = model(input_ids, attention_mask=attention_mask)
+        tokens = outputs.last_hidden_state
+        means = torch.stack([tokens[0, :6].mean(dim=0), tokens[1, :2].mean(dim=0)])
+        expected = torch.tanh(model.pooler.dense(means))
+    torch.testing.assert_close(outputs.pooler_output, expected)
+    cls_model = SimpleAttnBertModel(tiny_config()).eval()
+    cls_model.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        cls_outputs = cls_model(input_ids, attention_mask=attention_mask)
+    torch.testing.assert_close(cls_outputs.last_hidden_state, tokens)
+    torch.testing.assert_close(cls_outputs.pooler_output, torch.tanh(model.pooler.dense(tokens[:, 0])))
+
+
+@pytest.mark.parametrize("pooling, reach", [("cls", 3), ("mean", 9)])
+def test_with_band1_heads_the_first_token_reads_layers_times_one_positions(pooling, reach):
+    """Three band-1 layers (renormalised: with Eq. 9 the other tokens still reach it, but only through each head's
+    softmax normaliser): the first token depends on positions 0..3 only, so a [CLS] classifier cannot see the rest
+    of a sequence; the mean of the tokens depends on every position."""
+    torch.manual_seed(0)
+    layout = {"encoder_self": {"kind": "local", "masks": ["band-1"], "renormalize": True}}
+    model = SimpleAttnBertForSequenceClassification(
+        tiny_config(attention_layout=layout, num_labels=2, classifier_pooling=pooling, initializer_range=0.3)
+    ).eval()
+    input_ids, _ = padded_bert_batch([10])
+    changed_at = {}
+    for position in range(10):
+        other_ids = input_ids.clone()
+        other_ids[0, position] = 4 if input_ids[0, position] != 4 else 3
+        with torch.no_grad():
+            difference = (model(other_ids).logits - model(input_ids).logits).abs().max()
+        changed_at[position] = bool(difference > 0)
+    assert changed_at == {position: position <= reach for position in range(10)}
 
 
 def test_output_attentions_hidden_states_and_tuples():

@@ -340,6 +340,8 @@ def test_glue_from_converted_minilm_with_local_layout(run_glue, tmp_path):
             str(minilm_path),
             "--attention_layout",
             json.dumps({"encoder_self": {"kind": "local", "masks": "band-2"}}),
+            "--classifier_pooling",
+            "mean",
             "--train_file",
             write_jsonl(tmp_path / "train.jsonl", rows),
             "--validation_file",
@@ -363,6 +365,7 @@ def test_glue_from_converted_minilm_with_local_layout(run_glue, tmp_path):
     assert_finite(eval_results, ["eval_loss", "eval_accuracy", "eval_f1", "eval_matthews_correlation"])
     config = json.loads((output_dir / "config.json").read_text())
     assert config["hidden_size"] == 384 and config["num_hidden_layers"] == 6 and config["vocab_size"] == 30522
+    assert config["classifier_pooling"] == "mean"
     assert {group["kind"] for layer in config["attention_layout"]["encoder_self"] for group in layer["groups"]} == {
         "local"
     }

@@ -60,6 +60,7 @@ from hf_simple_attn.model_setup import (
     load_pretrained_tokenizer,
     resumed_tokenizer,
 )
+from hf_simple_attn.modeling.configuration_simple_attn_bert import CLASSIFIER_POOLINGS
 from hf_simple_attn.sampling import LengthGroupedTrainer
 from hf_simple_attn.tokenization import train_bert_tokenizer
 from hf_simple_attn.training_args import (
@@ -117,6 +118,14 @@ class GlueModelArguments(ModelArguments):
         metadata={
             "help": "Load a checkpoint whose classification head has another size (another number of labels): "
             "that head is initialised anew instead of failing."
+        },
+    )
+    classifier_pooling: str | None = field(
+        default=None,
+        metadata={
+            "help": "What the classifier reads: 'cls' (the first token, as BERT) or 'mean' (the mean of the tokens, "
+            "as sentence-transformers' MiniLM was trained). Default: the checkpoint's, else 'cls'.",
+            "choices": list(CLASSIFIER_POOLINGS),
         },
     )
 
@@ -302,6 +311,7 @@ def training_summary(trainer, data_args, model_args, label_list, max_seq_length:
         or model_args.model_name_or_path
         or f"WordPiece trained on the training data ({len(tokenizer):,} entries)",
         "max sequence length": max_seq_length,
+        "classifier pooling": trainer.model.config.classifier_pooling,
         "labels": ", ".join(map(str, label_list)) if label_list else "regression",
     }
 
@@ -338,6 +348,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         model_class=SimpleAttnBertForSequenceClassification,
         ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
         **label_config(data_args, label_list),
+        **pooling_config(model_args),
     )
     max_seq_length = usable_max_seq_length(data_args, tokenizer, model)
     tokenized = preprocess(raw_datasets, tokenizer, data_args, training_args, keys, label_to_id, max_seq_length)
@@ -386,6 +397,11 @@ def label_config(data_args: DataTrainingArguments, label_list: list | None) -> d
         overrides["id2label"] = {index: str(label) for index, label in enumerate(label_list)}
         overrides["label2id"] = {str(label): index for index, label in enumerate(label_list)}
     return overrides
+
+
+def pooling_config(model_args: GlueModelArguments) -> dict:
+    """The config field of `--classifier_pooling` when it is given (else the checkpoint's stays)."""
+    return {} if model_args.classifier_pooling is None else {"classifier_pooling": model_args.classifier_pooling}
 
 
 def build_tokenizer(model_args, size_args, data_args, raw_datasets, keys: tuple, checkpoint, progress: bool):

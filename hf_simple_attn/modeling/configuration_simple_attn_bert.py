@@ -18,6 +18,9 @@ SIZE_FIELDS = (
     "type_vocab_size",
 )
 
+# What the pooler reads: the first token ([CLS]) or the mean of the real tokens.
+CLASSIFIER_POOLINGS = ("cls", "mean")
+
 
 @strict
 class SimpleAttnBertConfig(BertConfig):
@@ -32,6 +35,10 @@ class SimpleAttnBertConfig(BertConfig):
         explicit spec per layer. Defaults to the preset's layout, or to `base` (all dot product).
     attention_preset (`str`, *optional*):
         The named configuration this layout came from (see `presets.py`, kind `"encoder"`).
+    classifier_pooling (`str`, *optional*, defaults to `"cls"`):
+        What the pooler (and so the sequence classifier) reads: `"cls"` the first token, as BERT; `"mean"` the
+        mean of the real tokens, as sentence-transformers' MiniLM was trained (and ModernBERT offers). With local
+        attention the first token only sees `num_hidden_layers * k` positions on each side; the mean sees them all.
 
     The attention families read Marian's names (`d_model`, `attention_dropout`, ...); `attribute_map`
     points them at BERT's fields.
@@ -47,6 +54,7 @@ class SimpleAttnBertConfig(BertConfig):
 
     attention_layout: dict | None = None
     attention_preset: str | None = None
+    classifier_pooling: str = "cls"
 
     def __post_init__(self, **kwargs):
         if self.is_decoder or self.add_cross_attention:
@@ -56,6 +64,10 @@ class SimpleAttnBertConfig(BertConfig):
             )
         for name in SIZE_FIELDS:
             positive_int(getattr(self, name), name)
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise ValueError(
+                f"classifier_pooling={self.classifier_pooling!r}: expected one of {', '.join(CLASSIFIER_POOLINGS)}"
+            )
         if self.attention_layout is None and self.attention_preset is not None:
             self.attention_layout = get_preset(self.attention_preset, "encoder")["layout"]
         self.attention_layout = normalize_layout(

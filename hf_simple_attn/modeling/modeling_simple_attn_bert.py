@@ -168,6 +168,20 @@ class SimpleAttnBertPreTrainedModel(SimpleAttnBasePreTrainedModel):
             init.zeros_(module.token_type_ids)
 
 
+def pooler_input(sequence_output: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """What BERT's pooler reads at position 0, (batch, 1, hidden): the first token, or the mean of the real tokens.
+
+    sequence_output: (batch, len, hidden); attention_mask: (batch, len), 1 at real tokens, or None.
+    """
+    if pooling == "cls":
+        return sequence_output[:, :1]
+    if attention_mask is None:
+        return sequence_output.mean(dim=1, keepdim=True)
+    token_weights = attention_mask.to(sequence_output.dtype).unsqueeze(-1)  # (batch, len, 1)
+    token_counts = token_weights.sum(dim=1, keepdim=True).clamp(min=1)  # (batch, 1, 1)
+    return (sequence_output * token_weights).sum(dim=1, keepdim=True) / token_counts
+
+
 class SimpleAttnBertModel(SimpleAttnBertPreTrainedModel):
     """The bare encoder (embeddings, layers, optional pooler), as transformers' `BertModel`."""
 
@@ -212,7 +226,9 @@ class SimpleAttnBertModel(SimpleAttnBertPreTrainedModel):
         )
         encoder_outputs = self.encoder(embedding_output, attention_mask, output_attentions, output_hidden_states)
         sequence_output = encoder_outputs.last_hidden_state
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        pooled_output = None
+        if self.pooler is not None:
+            pooled_output = self.pooler(pooler_input(sequence_output, attention_mask, self.config.classifier_pooling))
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=sequence_output,
             pooler_output=pooled_output,
@@ -276,7 +292,8 @@ class SimpleAttnBertForMaskedLM(SimpleAttnBertPreTrainedModel):
 
 
 class SimpleAttnBertForSequenceClassification(SimpleAttnBertPreTrainedModel):
-    """The encoder with BERT's classification (or regression) head on the pooled first token."""
+    """The encoder with BERT's classification (or regression) head on the pooled output (the first token, or the
+    mean of the tokens with `classifier_pooling="mean"`)."""
 
     def __init__(self, config: SimpleAttnBertConfig):
         super().__init__(config)
