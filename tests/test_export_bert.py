@@ -39,12 +39,17 @@ needs_onnxruntime = pytest.mark.skipif(
 )
 
 
-def make_model(preset: str, head: str = "masked-lm"):
+def make_model(preset: str, head: str = "masked-lm", **config_overrides):
     """A tiny seeded model of `preset` with `head` (a MODEL_CLASSES key), in eval mode; `initializer_range` 0.3
     makes the attention weights differ visibly, three labels for the classifiers."""
     torch.manual_seed(0)
     config = SimpleAttnBertConfig.from_preset(
-        preset, **TINY_BERT, initializer_range=0.3, pad_token_id=0, id2label={0: "neg", 1: "neutral", 2: "pos"}
+        preset,
+        **TINY_BERT,
+        initializer_range=0.3,
+        pad_token_id=0,
+        id2label={0: "neg", 1: "neutral", 2: "pos"},
+        **config_overrides,
     )
     return MODEL_CLASSES[head](config).eval()
 
@@ -118,6 +123,17 @@ def test_onnx_model_returns_the_outputs_of_its_model_class(head, tmp_path):
     ):
         assert type(actual) is type(expected) and list(actual.keys()) == list(expected.keys())
         torch.testing.assert_close(actual.to_tuple(), expected.to_tuple(), rtol=0, atol=1e-4)
+
+
+@needs_onnxruntime
+def test_a_mean_pooling_classifier_exports_and_reads_the_real_tokens_only(tmp_path):
+    """`classifier_pooling="mean"` averages under the attention mask inside the graph: padded batches of other sizes
+    and lengths than the export's give the eager logits."""
+    model = make_model("band6", "sequence-classification", classifier_pooling="mean")
+    onnx_model = OnnxBertModel(export_bert_onnx(model, tmp_path))
+    for lengths in ([12, 5, 9], [3], [1, 7]):
+        inputs = model_inputs(lengths, seed=3)
+        torch.testing.assert_close(onnx_model(*inputs).logits, eager(model, *inputs).logits, rtol=0, atol=1e-4)
 
 
 @needs_onnxruntime
