@@ -46,12 +46,12 @@ def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
 
 def quantize_onnx_int8(onnx_dir, out_dir) -> Path:
     """A copy of an `export_onnx` or `export_bert_onnx` folder whose graphs compute their matrix multiplications in
-    int8 (ONNX Runtime's `quantize_dynamic`, signed int8 weights); config, generation config and tokenizer files are
-    copied. `out_dir` is written whole or not at all. Returns `out_dir`; load it with `OnnxSeq2SeqModel` or
+    int8 (ONNX Runtime's `quantize_dynamic`, signed int8 weights) and whose vocabulary shortlist keeps the output
+    layer's rows in int8 (one scale per row); config, generation config and tokenizer files are copied. `out_dir` is written whole or not at all. Returns `out_dir`; load it with `OnnxSeq2SeqModel` or
     `OnnxBertModel` as the float32 folder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from .export import DECODER_FILE, ENCODER_FILE, OUTPUT_FILE
+    from .export import DECODER_FILE, ENCODER_FILE, OUTPUT_FILE, SHORTLIST_FILE, save_int8_shortlist
     from .export_bert import MODEL_FILE
 
     onnx_dir, out_dir = Path(onnx_dir), Path(out_dir)
@@ -71,6 +71,8 @@ def quantize_onnx_int8(onnx_dir, out_dir) -> Path:
             source = onnx_dir / name
             if name in graphs:
                 quantize_dynamic(source, staging / name, weight_type=QuantType.QInt8)
+            elif name == SHORTLIST_FILE:
+                save_int8_shortlist(source, staging / name)
             elif source.is_file() and not name.endswith(".data"):
                 shutil.copy2(source, staging / name)
         os.replace(staging, out_dir)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from hf_simple_attn import SimpleAttnMarianConfig, TranslationPipeline, list_presets
@@ -274,9 +275,15 @@ def test_onnx_shortlist_decodes_as_the_pytorch_shortlist(tmp_path):
         model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=10),
     )
     int8_model = OnnxSeq2SeqModel(quantize_onnx_int8(onnx_dir, tmp_path / "int8"))
-    assert (tmp_path / "int8" / SHORTLIST_FILE).is_file()
     output = int8_model.generate(input_ids, attention_mask, use_shortlist=True, num_beams=2, max_new_tokens=10)
     assert set(output.flatten().tolist()) <= set(allowed)
+    # The int8 folder keeps the output rows in int8 with one scale per row: each within half a step of float32.
+    int8_tensors = load_file(str(tmp_path / "int8" / SHORTLIST_FILE))
+    assert int8_tensors["output_weight_int8"].dtype == torch.int8 and "output_weight" not in int8_tensors
+    row_step = onnx_model.output_weight.abs().amax(dim=1, keepdim=True) / 127
+    assert ((int8_model.output_weight - onnx_model.output_weight).abs() <= row_step / 2 + 1e-7).all()
+    assert torch.equal(int8_model.shortlist.candidates, onnx_model.shortlist.candidates)
+    assert torch.equal(int8_model.output_bias, onnx_model.output_bias)
 
 
 @needs_onnxruntime
