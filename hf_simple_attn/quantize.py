@@ -47,8 +47,9 @@ def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
 def quantize_onnx_int8(onnx_dir, out_dir) -> Path:
     """A copy of an `export_onnx` or `export_bert_onnx` folder whose graphs compute their matrix multiplications in
     int8 (ONNX Runtime's `quantize_dynamic`, signed int8 weights) and whose vocabulary shortlist keeps the output
-    layer's rows in int8 (one scale per row); config, generation config and tokenizer files are copied. `out_dir` is written whole or not at all. Returns `out_dir`; load it with `OnnxSeq2SeqModel` or
-    `OnnxBertModel` as the float32 folder."""
+    layer's rows in int8 (one scale per row); config, generation config and tokenizer files are copied. `out_dir`
+    is written whole or not at all. Returns `out_dir`; load it with `OnnxSeq2SeqModel` or `OnnxBertModel` as the
+    float32 folder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from .export import DECODER_FILE, ENCODER_FILE, OUTPUT_FILE, SHORTLIST_FILE, save_int8_shortlist
