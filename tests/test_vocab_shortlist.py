@@ -124,6 +124,8 @@ def test_the_shortlist_search_runs_over_the_candidates_and_chooses_the_same_toke
         length_penalty=0.8,
         use_shortlist=True,
         return_dict_in_generate=True,
+        output_scores=True,
+        output_logits=True,
     )
     widths = logits_widths(model)
     searched = model.generate(**batch, **options)
@@ -134,14 +136,20 @@ def test_the_shortlist_search_runs_over_the_candidates_and_chooses_the_same_toke
     assert set(widths) == {VOCAB}
     assert torch.equal(searched.sequences, expected.sequences)
     assert not set(searched.sequences.flatten().tolist()) & {5, 9, outside}
+    # Scores and logits come back over the whole vocabulary, -inf outside the candidates, as that search gives them.
+    for name in ("scores", "logits"):
+        assert len(getattr(searched, name)) == len(getattr(expected, name))
+        for step, expected_step in zip(getattr(searched, name), getattr(expected, name)):
+            assert step.shape == expected_step.shape == (len(expected.sequences), VOCAB)
+            torch.testing.assert_close(step, expected_step)
     if num_beams > 1:
         torch.testing.assert_close(searched.sequences_scores, expected.sequences_scores)
         assert torch.equal(searched.beam_indices, expected.beam_indices)
 
 
 def test_the_shortlist_searches_the_whole_vocabulary_when_the_call_needs_it(tiny_tokenizer):
-    """Scores in the output, a logits processor, sampling, or a forced token outside the candidates: the search runs
-    over the whole vocabulary (-inf outside the candidates), as before."""
+    """A logits processor, sampling, or a forced token outside the candidates: the search runs over the whole
+    vocabulary (-inf outside the candidates), as before."""
     model = make_model("base")
     candidates, frequent = restricted_shortlist()
     model.set_vocab_shortlist(candidates, frequent)
@@ -149,7 +157,6 @@ def test_the_shortlist_searches_the_whole_vocabulary_when_the_call_needs_it(tiny
     outside = min(set(range(2, VOCAB)) - set(candidates[batch["input_ids"]].flatten().tolist()) - {5, 9})
     widths = logits_widths(model)
     for options in (
-        dict(output_scores=True, return_dict_in_generate=True),
         dict(logits_processor=LogitsProcessorList()),
         dict(do_sample=True),
         dict(forced_bos_token_id=outside),

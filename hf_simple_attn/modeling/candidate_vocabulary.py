@@ -57,6 +57,13 @@ class CandidateVocabulary:
         """Candidate indices -> target ids; negative values (no token) stay as they are."""
         return torch.where(tokens >= 0, self.ids[tokens.clamp(min=0)], tokens)
 
+    def scores_to_vocabulary(self, scores: torch.Tensor) -> torch.Tensor:
+        """A step's scores or logits (rows, candidates) -> (rows, vocabulary), -inf outside the candidates, as the
+        search over the whole vocabulary gives them."""
+        vocabulary_scores = scores.new_full((scores.shape[0], len(self.index)), float("-inf"))
+        vocabulary_scores[:, self.ids] = scores
+        return vocabulary_scores
+
     def carry(self, token_ids: list[int]) -> list[int]:
         """The candidate indices of the `token_ids` that are candidates."""
         return [int(self.index[token]) for token in token_ids if self.index[token] >= 0]

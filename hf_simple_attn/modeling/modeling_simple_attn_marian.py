@@ -672,7 +672,8 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
     @torch.no_grad()
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
         """transformers' `generate`; with `use_shortlist=True` its search runs over the batch's candidates alone where
-        the call allows it (`candidate_search`), and the output is mapped back to the vocabulary."""
+        the call allows it (`candidate_search`), and the output (tokens, and scores and logits with -inf outside the
+        candidates) is mapped back to the vocabulary."""
         search = self.candidate_search(inputs, generation_config, kwargs)
         if search is None:
             return super().generate(inputs, generation_config, **kwargs)
@@ -686,6 +687,10 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         if isinstance(output, torch.Tensor):
             return vocabulary.to_vocabulary(output)
         output.sequences = vocabulary.to_vocabulary(output.sequences)
+        for name in ("scores", "logits"):
+            steps = getattr(output, name, None)
+            if steps is not None:
+                setattr(output, name, tuple(vocabulary.scores_to_vocabulary(step) for step in steps))
         return output
 
     def candidate_search(
@@ -694,7 +699,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         """(the candidates as a vocabulary, this call's generation config in candidate indices, the model kwargs) for
         a `generate` call with `use_shortlist=True` whose search can run over the candidates alone and choose the
         same tokens (`candidate_vocabulary.py`): greedy or beam search, every token id of the options carried over,
-        no argument that sees the whole vocabulary (a logits processor, a streamer, scores in the output, ...);
+        no argument that sees the whole vocabulary (a logits processor, a streamer, watermarking, ...);
         None otherwise, for the search over the whole vocabulary with -inf outside the candidates."""
         if self.shortlist is None or not self.lm_head_is_plain():
             return None
@@ -707,7 +712,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         mode = config.get_generation_mode()
         if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.BEAM_SEARCH):
             return None
-        if config.output_scores or config.output_logits or config.watermarking_config is not None:
+        if config.watermarking_config is not None:
             return None
         self._prepare_special_tokens(config, "attention_mask" in model_kwargs, device=self.device)
         mask = self.shortlist.batch_mask(source_ids, model_kwargs.get("attention_mask"))

@@ -6,9 +6,9 @@ tokens it most likely translates into (-1 fills the rows of tokens with fewer); 
 `frequent` target tokens and the special tokens of the config. With `generate(..., use_shortlist=True)` (or
 `model.generation_config.use_shortlist = True`, saved in `generation_config.json`) the source tokens of the batch are
 looked up once per call and the search runs over these candidates alone (`candidate_vocabulary.py`: the logits of
-the candidates only, the options' token ids carried into candidate indices, the output mapped back), choosing the
-tokens a search over the whole vocabulary with -inf outside the candidates would. A call that needs the whole
-vocabulary (scores in the output, a logits processor or streamer of its own, sampling) gets exactly that search:
+the candidates only, the options' token ids carried into candidate indices, the output, scores included, mapped
+back), choosing the tokens a search over the whole vocabulary with -inf outside the candidates would. A call that
+needs the whole vocabulary (a logits processor or streamer of its own, sampling) gets exactly that search:
 `output_vocab_mask` computes the candidates' logits and sets every other one to -inf. As in Marian and CTranslate2 the
 candidates are the union over the batch's sentences, so a sentence may translate differently in another batch; alone,
 it gets only its own candidates.
