@@ -256,6 +256,39 @@ def sweep_runs(study: Study) -> list[Run]:
     ]
 
 
+def option_runs(study: Study) -> list[Run]:
+    """One run for every distinct set of options the study passes: each sweep run, and each preset at its first seed
+    with its `preset_arguments` (a swept preset takes a sweep setting, checked with the sweep runs)."""
+    return sweep_runs(study) + [
+        Run(preset, study.seeds_of(preset)[0], tuple(sorted(study.preset_arguments.get(preset, {}).items())))
+        for preset in study.presets
+    ]
+
+
+def check_script_options(study: Study) -> None:
+    """A `StudyError` naming the run and the options the task's script would refuse (an unknown option, a value not
+    among its choices or not of its type), raised before any run starts rather than by every run in turn."""
+    import argparse
+
+    from transformers import HfArgumentParser
+
+    script = TASKS[study.task]["script"]
+    parser = HfArgumentParser(script_module(study).SCRIPT_ARGUMENTS, exit_on_error=False)
+    where = study.spec_path or study.name
+    for run in option_runs(study):
+        try:
+            *_, unknown = parser.parse_args_into_dataclasses(
+                command_for(study, run)[2:], return_remaining_strings=True
+            )
+        except (argparse.ArgumentError, ValueError) as error:
+            raise StudyError(f"{where}: run {run.name}: {script} refuses its options: {error}") from error
+        if unknown:
+            raise StudyError(
+                f"{where}: run {run.name}: {script} has no option {' '.join(unknown)} (`python {script} --help` "
+                "lists them); check the spec's arguments, preset_arguments and sweep settings"
+            )
+
+
 def chosen_setting(study: Study, representative: str) -> tuple[tuple[str, object], ...] | None:
     """The sweep setting with the best validation score for this representative; None while any is unfinished."""
     scored = []
@@ -662,9 +695,10 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
     """Train every run of the study that has no result yet, `jobs` at a time; returns the result files written.
 
     `analyze(study, run, result_path)` is called on each main run with a result and no analysis yet (the papers'
-    analyses). Interrupted,
-    it stops its training processes; their checkpoints stay for the next start.
+    analyses). Options the task's script would refuse stop it before any run starts (`check_script_options`).
+    Interrupted, it stops its training processes; their checkpoints stay for the next start.
     """
+    check_script_options(study)
     written, running, failed, analysed = [], {}, set(), set()
     for name in study.baselines:
         path = write_baseline_result(study, name)

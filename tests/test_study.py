@@ -14,6 +14,7 @@ import sacrebleu
 from hf_simple_attn.study import (
     Run,
     StudyError,
+    check_script_options,
     chosen_setting,
     command_for,
     evaluation_texts,
@@ -349,27 +350,36 @@ def test_paired_bootstrap_separates_a_clear_difference_from_a_small_one():
 
 @pytest.mark.parametrize("spec", sorted((REPO_ROOT / "studies").glob("*.json")), ids=lambda path: path.stem)
 def test_every_committed_study_spec_loads_and_its_script_accepts_every_option(spec):
-    from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
-
-    from hf_simple_attn.study import script_module
-
     study = load_study(spec)
     assert study.name == spec.stem
-    module = script_module(study)
-    training_arguments = TrainingArguments if study.task == "classification" else Seq2SeqTrainingArguments
-    parser = HfArgumentParser(
+    check_script_options(study)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
         (
-            module.ModelArguments,
-            module.DataTrainingArguments,
-            module.AttentionArguments,
-            module.ModelSizeArguments,
-            training_arguments,
-        )
-    )
-    runs = sweep_runs(study) + [Run(preset, study.seeds_of(preset)[0]) for preset in study.presets]
-    for run in runs:
-        *_, remaining = parser.parse_args_into_dataclasses(command_for(study, run)[2:], return_remaining_strings=True)
-        assert remaining == [], f"{spec.name}: {run.name}: the script does not know {remaining}"
+            {"arguments": dict(TOY_ARGUMENTS, learnig_rate=1e-3)},
+            "run base--seed1: training/run_translation.py has no option --learnig_rate 0.001",
+        ),
+        (
+            {"preset_arguments": {"hc-sa": {"num_beems": 4}}},
+            "run hc-sa--num_beems4--seed1: training/run_translation.py has no option --num_beems 4",
+        ),
+        (
+            {"sweep": {"settings": [{"warmup_steps": "many"}], "groups": {"g": ["base"]}}},
+            "refuses its options: argument --warmup_steps/--warmup-steps: invalid float value: 'many'",
+        ),
+        ({"arguments": dict(TOY_ARGUMENTS, train_sampling_strategy="longest")}, "invalid choice: 'longest'"),
+    ],
+)
+def test_options_a_script_would_refuse_stop_the_study_before_any_run(tmp_path, fields, message, monkeypatch):
+    study = load_study(write_spec(tmp_path, **fields))
+    monkeypatch.setattr("hf_simple_attn.study.train", lambda *args: pytest.fail("a run was started"))
+    with pytest.raises(StudyError) as error:
+        run_study(study, jobs=1, poll_seconds=0)
+    assert message in str(error.value) and "toy.json" in str(error.value)
+    assert not study.runs_dir.exists()
 
 
 def test_the_readme_block_of_a_study_is_replaced_and_nothing_else():

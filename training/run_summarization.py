@@ -243,11 +243,19 @@ def training_summary(trainer, data_args, model_args, attention_args, generation_
     }
 
 
+# The option groups of the command line, in the order `main` receives them.
+SCRIPT_ARGUMENTS = (
+    ModelArguments,
+    AttentionArguments,
+    ModelSizeArguments,
+    DataTrainingArguments,
+    Seq2SeqTrainingArguments,
+)
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the script with command-line arguments `argv` (default: sys.argv); returns all metrics."""
-    model_args, attention_args, size_args, data_args, training_args = parse_script_arguments(
-        (ModelArguments, AttentionArguments, ModelSizeArguments, DataTrainingArguments, Seq2SeqTrainingArguments), argv
-    )
+    model_args, attention_args, size_args, data_args, training_args = parse_script_arguments(SCRIPT_ARGUMENTS, argv)
     # The Hub token stays in this variable: training_args is saved with the model and every checkpoint.
     hub_token, training_args.hub_token = training_args.hub_token, None
     setup_logging(logger, training_args)

@@ -67,11 +67,19 @@ from hf_simple_attn.translation_task import (
 logger = logging.getLogger(__name__)
 
 
+# The option groups of the command line, in the order `main` receives them.
+SCRIPT_ARGUMENTS = (
+    ModelArguments,
+    DataTrainingArguments,
+    AttentionArguments,
+    ModelSizeArguments,
+    Seq2SeqTrainingArguments,
+)
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the script on `argv` (default: the command line); returns every metric it wrote."""
-    model_args, data_args, attention_args, size_args, training_args = parse_script_arguments(
-        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, Seq2SeqTrainingArguments), argv
-    )
+    model_args, data_args, attention_args, size_args, training_args = parse_script_arguments(SCRIPT_ARGUMENTS, argv)
     # The Hub token stays in this variable: training_args is saved with the model and every checkpoint.
     hub_token, training_args.hub_token = training_args.hub_token, None
     setup_logging(logger, training_args)

@@ -144,11 +144,13 @@ def resume_position(checkpoint: str, steps_per_epoch: int) -> tuple[int, int, in
     return completed, completed // steps_per_epoch, completed % steps_per_epoch
 
 
+# The option groups of the command line, in the order `main` receives them.
+SCRIPT_ARGUMENTS = (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments)
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the script on `argv` (default: the command line); returns the metrics it wrote."""
-    model_args, data_args, attention_args, size_args, args = parse_script_arguments(
-        (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments), argv
-    )
+    model_args, data_args, attention_args, size_args, args = parse_script_arguments(SCRIPT_ARGUMENTS, argv)
     # The Hub token stays in this variable, out of `args`, as in the Trainer scripts (which save their arguments).
     hub_token, args.hub_token = args.hub_token, None
     if args.push_to_hub:  # before any training: a repository that cannot be created stops the script now
