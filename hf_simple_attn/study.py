@@ -270,10 +270,8 @@ def check_script_options(study: Study) -> None:
     among its choices or not of its type), raised before any run starts rather than by every run in turn."""
     import argparse
 
-    from transformers import HfArgumentParser
-
     script = TASKS[study.task]["script"]
-    parser = HfArgumentParser(script_module(study).SCRIPT_ARGUMENTS, exit_on_error=False)
+    _, parser = script_parser(study)
     where = study.spec_path or study.name
     for run in option_runs(study):
         try:
@@ -590,16 +588,22 @@ def script_module(study: Study):
     return module
 
 
-def script_data_arguments(study: Study):
-    """(module, model arguments, data arguments) as the task's script parses the study's command line."""
+def script_parser(study: Study):
+    """(the task's training script as a module, a parser of its whole command line (`SCRIPT_ARGUMENTS`) that raises
+    on a bad option instead of exiting)."""
     from transformers import HfArgumentParser
 
     module = script_module(study)
-    parser = HfArgumentParser((module.ModelArguments, module.DataTrainingArguments))
+    return module, HfArgumentParser(module.SCRIPT_ARGUMENTS, exit_on_error=False)
+
+
+def script_data_arguments(study: Study):
+    """(module, model arguments, data arguments) as the task's script parses the study's command line."""
+    module, parser = script_parser(study)
     first = Run(study.presets[0], study.seeds_of(study.presets[0])[0])
-    model_args, data_args, _ = parser.parse_args_into_dataclasses(
-        command_for(study, first)[2:], return_remaining_strings=True
-    )
+    *parsed, _ = parser.parse_args_into_dataclasses(command_for(study, first)[2:], return_remaining_strings=True)
+    model_args = next(group for group in parsed if isinstance(group, module.ModelArguments))
+    data_args = next(group for group in parsed if isinstance(group, module.DataTrainingArguments))
     return module, model_args, data_args
 
 
