@@ -137,7 +137,7 @@ class DecoderStepForExport(nn.Module):
             input_ids=torch.full((1, 2), config.eos_token_id, device=device),
             decoder_input_ids=torch.full((1, 1), config.decoder_start_token_id, device=device),
             use_cache=True,
-        ).past_key_values
+        ).cache
         return {
             site: [{name: tuple(state.shape[1:]) for name, state in layer.states.items()} for layer in layers.layers]
             for site, layers in (("self", cache.self_attention_cache), ("cross", cache.cross_attention_cache))
@@ -172,7 +172,7 @@ class DecoderStepForExport(nn.Module):
             input_ids=input_ids,
             attention_mask=decoder_attention_mask,
             encoder_attention_mask=encoder_attention_mask,
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
         ).last_hidden_state
         presents = []

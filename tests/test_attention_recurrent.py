@@ -392,9 +392,9 @@ def test_cached_steps_equal_the_full_forward(name):
                 attention_mask=source_mask,
                 use_cache=True,
                 decoder_input_ids=target[:, position : position + 1],
-                past_key_values=cache,
+                cache=cache,
             )
-            cache, steps = out.past_key_values, steps + [out.logits]
+            cache, steps = out.cache, steps + [out.logits]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
 
 

@@ -142,10 +142,10 @@ def test_cached_steps_equal_the_full_forward_on_both_paths(kind, site):
                     encoder_outputs=encoder_outputs,
                     attention_mask=source_mask,
                     decoder_input_ids=target[:, position : position + 1],
-                    past_key_values=cache,
+                    cache=cache,
                     use_cache=True,
                 )
-                cache = step.past_key_values
+                cache = step.cache
                 steps.append(step.logits)
         torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
         if reference is None:

@@ -200,10 +200,10 @@ def test_model_fast_paths_equal_reference(name):
                 encoder_outputs=encoder_outputs,
                 attention_mask=source_mask,
                 decoder_input_ids=target[:, position : position + 1],
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             )
-            cache = output.past_key_values
+            cache = output.cache
             steps.append(output.logits)
         torch.testing.assert_close(torch.cat(steps, dim=1), reference, atol=1e-5, rtol=1e-5)
         assert cache.get_seq_length() == TARGET_LENGTH
@@ -239,14 +239,14 @@ def test_windowed_decoder_cache_keeps_only_the_window(name, kept):
     with torch.no_grad():
         for num_beams in (1, 3):
             output = model.generate(**kwargs, num_beams=num_beams)
-            self_cache = output.past_key_values.self_attention_cache
+            self_cache = output.cache.self_attention_cache
             assert self_cache.get_seq_length() == 15
             assert {layer.values.shape[-2] for layer in self_cache.layers} == {kept}
             set_attention_fast_paths(model, False)
             reference = model.generate(**kwargs, num_beams=num_beams)
             set_attention_fast_paths(model, True)
             assert torch.equal(output.sequences, reference.sequences)
-            assert {layer.values.shape[-2] for layer in reference.past_key_values.self_attention_cache.layers} == {15}
+            assert {layer.values.shape[-2] for layer in reference.cache.self_attention_cache.layers} == {15}
 
 
 def test_sliding_cache_layer_counts_dropped_positions():

@@ -74,13 +74,26 @@ def test_cached_decoder_mask_covers_the_cached_positions():
     model = marian()
     with torch.no_grad():
         first = model(input_ids=IDS, decoder_input_ids=IDS[:, :4], use_cache=True)
-        step = dict(encoder_outputs=(first.encoder_last_hidden_state,), past_key_values=first.past_key_values)
+        step = dict(encoder_outputs=(first.encoder_last_hidden_state,), cache=first.cache)
         with raises_naming("decoder_attention_mask has shape (3, 1)", "plus 4 cached positions", "(3, 5)"):
             model(decoder_input_ids=IDS[:, 4:5], decoder_attention_mask=ONES[:, :1], **step)
         # The valid mask, (batch, cached + new), gives the same logits as the full forward.
         cached = model(decoder_input_ids=IDS[:, 4:5], decoder_attention_mask=ONES[:, :5], **step).logits
         full = model(input_ids=IDS, decoder_input_ids=IDS[:, :5]).logits[:, -1:]
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
+
+
+def test_the_cache_keyword_of_transformers_before_5_24_still_reaches_the_cache():
+    """`past_key_values=` (the name before transformers 5.24) is renamed to `cache`, as in transformers' own models,
+    not swallowed by `**kwargs`."""
+    model = marian()
+    with torch.no_grad():
+        first = model(input_ids=IDS, decoder_input_ids=IDS[:, :4], use_cache=True)
+        encoder_outputs = (first.encoder_last_hidden_state,)
+        step = model(encoder_outputs=encoder_outputs, decoder_input_ids=IDS[:, 4:5], past_key_values=first.cache)
+        full = model(input_ids=IDS, decoder_input_ids=IDS[:, :5]).logits[:, -1:]
+    torch.testing.assert_close(step.logits, full, atol=1e-5, rtol=1e-4)
+    assert step.cache.get_seq_length() == 5
 
 
 def test_bert_mask_of_the_wrong_shape_raises():

@@ -92,10 +92,10 @@ def test_cached_decoding_equals_full_forward(preset, layout):
                 encoder_outputs=encoder_outputs,
                 attention_mask=source_mask,
                 decoder_input_ids=target[:, position : position + 1],
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             )
-            cache = out.past_key_values
+            cache = out.cache
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
 

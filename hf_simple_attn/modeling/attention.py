@@ -132,34 +132,30 @@ class SimpleAttention(AttentionProjections):
         hidden_states: torch.Tensor,
         context: AttentionContext,
         key_value_states: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states: (batch, q_len, d_model); key_value_states: encoder output for cross attention."""
         batch_size, query_length, _ = hidden_states.shape
         query = self.split_heads(self.q_proj(hidden_states)) if self.heads.query_key_slots else None
 
-        if past_key_values is None:
+        if cache is None:
             key, value = self.project_keys_values(key_value_states if self.is_cross else hidden_states)
         elif self.is_cross:
-            cross_cache = past_key_values.cross_attention_cache
-            if past_key_values.is_updated.get(self.layer_idx):
+            cross_cache = cache.cross_attention_cache
+            if cache.is_updated.get(self.layer_idx):
                 key, value = cross_cache.layers[self.layer_idx].keys, cross_cache.layers[self.layer_idx].values
             else:
                 key, value = cross_cache.update(*self.project_keys_values(key_value_states), self.layer_idx)
-                past_key_values.is_updated[self.layer_idx] = True
+                cache.is_updated[self.layer_idx] = True
             context = dataclasses.replace(context, decoding_state=cross_cache.layers[self.layer_idx].states)
         else:
-            self_cache = (
-                past_key_values.self_attention_cache
-                if isinstance(past_key_values, EncoderDecoderCache)
-                else past_key_values
-            )
+            self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             key, value = self_cache.update(*self.project_keys_values(hidden_states), self.layer_idx)
             context = dataclasses.replace(context, decoding_state=self_cache.layers[self.layer_idx].states)
 
         output, weights = self.heads(query, key, value, context, output_attentions)
-        if past_key_values is not None and not self.is_cross:
+        if cache is not None and not self.is_cross:
             lookback = self.heads.decoding_lookback(value.dtype)
             if lookback is not None:
                 # Every head reads at most `lookback` earlier positions: a sliding window suffices.

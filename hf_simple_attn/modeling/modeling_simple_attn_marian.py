@@ -22,6 +22,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding, shift_tokens_right
 from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import SimpleAttention, tie_query_key_projections
 from .attention_registry import AttentionContext
@@ -137,28 +138,28 @@ class SimpleAttnMarianDecoderLayer(SimpleAttnMarianLayer):
         self_context: AttentionContext,
         encoder_hidden_states: torch.Tensor,
         cross_context: AttentionContext,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         self_weights = cross_weights = None
         if self.self_attn is not None:
             residual = hidden_states
             hidden_states, self_weights = self.self_attn(
-                hidden_states, self_context, past_key_values=past_key_values, output_attentions=output_attentions
+                hidden_states, self_context, cache=cache, output_attentions=output_attentions
             )
             hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
             hidden_states = self.self_attn_layer_norm(residual + hidden_states)
-        elif past_key_values is not None:
+        elif cache is not None:
             # No self-attention here: cache empty states so the cache still counts the positions.
             empty = hidden_states.new_zeros(hidden_states.shape[0], 0, hidden_states.shape[1], 0)
-            past_key_values.self_attention_cache.update(empty, empty, self.layer_idx)
+            cache.self_attention_cache.update(empty, empty, self.layer_idx)
         if self.encoder_attn is not None:
             residual = hidden_states
             hidden_states, cross_weights = self.encoder_attn(
                 hidden_states,
                 cross_context,
                 key_value_states=encoder_hidden_states,
-                past_key_values=past_key_values,
+                cache=cache,
                 output_attentions=output_attentions,
             )
             hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
@@ -271,13 +272,14 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
@@ -291,11 +293,11 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = new_decoder_cache(self.config)
+        if use_cache and cache is None:
+            cache = new_decoder_cache(self.config)
         if not use_cache:
-            past_key_values = None
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+            cache = None
+        past_length = cache.get_seq_length() if cache is not None else 0
         if input_ids is not None:
             check_inputs(input_ids, "decoder_input_ids", attention_mask, "decoder_attention_mask", past_length)
         else:
@@ -333,7 +335,7 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
                     self_context,
                     encoder_hidden_states,
                     cross_context,
-                    past_key_values,
+                    cache,
                     output_attentions,
                 )
                 if output_hidden_states:
@@ -343,7 +345,7 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
                     all_cross_attentions += (cross_weights,)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
+            cache=cache,
             hidden_states=all_hidden_states,
             attentions=all_self_attentions,
             cross_attentions=all_cross_attentions,
@@ -393,6 +395,7 @@ class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
         self.encoder.embed_tokens = value
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -400,7 +403,7 @@ class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -427,7 +430,7 @@ class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             output_attentions=output_attentions,
@@ -435,7 +438,7 @@ class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -533,6 +536,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         self.final_logits_bias = nn.Buffer(new_bias)
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -540,7 +544,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -585,7 +589,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -623,7 +627,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            cache=outputs.cache,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -763,9 +767,9 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """Give `generate` our cache (value-only heads, absent sublayers) unless the user brought one."""
-        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
+        if model_kwargs.get("cache") is None and generation_config.use_cache is not False:
             if generation_config.cache_implementation in (None, "dynamic"):
-                model_kwargs["past_key_values"] = new_decoder_cache(self.config)
+                model_kwargs["cache"] = new_decoder_cache(self.config)
                 return
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
