@@ -18,7 +18,8 @@ A study is a JSON spec (see `studies/*.json`):
 `arguments` are the training script's own options (`--key value`), shared by every run. With a `sweep`, each
 group's first preset (its representative) is trained once per setting (seed: the first of its seeds) and scored on
 the validation split; every preset of the group then runs with the setting that scored best, never chosen on the
-test split. A run whose options equal a sweep run's is that run (same folder, trained once). `preset_arguments`
+test split. A run whose options equal a sweep run's is that run (same folder, trained once; with the folder gone,
+its result is the sweep's result file). `preset_arguments`
 gives a preset outside the sweep its own options (e.g. the learning rate another study's sweep chose for it).
 
 Each run trains in `<spec folder>/runs/<study>/<run>/` (not committed) with periodic checkpoints, so a killed study
@@ -676,6 +677,21 @@ def write_baseline_result(study: Study, name: str) -> Path | None:
     return path
 
 
+def promote_sweep_result(study: Study, run: Run) -> dict:
+    """Write a main run's result from the finished sweep run it equals (same options, same name), for when the run
+    folder is gone (another machine, a cleaned disk): the scores and test predictions are that run's, so it is not
+    trained again. Its model, and so its analyses, stay missing unless the folder comes back."""
+    sweep_path = result_path(study, run, sweep=True)
+    result = dict(json.loads(sweep_path.read_text(encoding="utf-8")), sweep=False)
+    path = result_path(study, run)
+    set_aside_other_run(path, run)
+    predictions = sweep_path.with_suffix(".test.txt")
+    if predictions.is_file():
+        shutil.copyfile(predictions, path.with_suffix(".test.txt"))
+    write_text_atomically(path, json.dumps(result, indent=1) + "\n")
+    return result
+
+
 def pending_runs(study: Study) -> list[tuple[Run, bool]]:
     """(run, is_sweep) for every run without a result file whose options are known now."""
     todo = [(run, True) for run in sweep_runs(study) if read_result(study, run, sweep=True) is None]
@@ -732,6 +748,14 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
                     path = result_path(study, run, sweep)
                     result = collect(study, run, sweep)
                     logger.info("%s: validation %s, test %s", path.name, result["validation"], result["test"])
+                    written.append(path)
+                    collected = True
+                elif not sweep and read_result(study, run, sweep=True) is not None:
+                    path = result_path(study, run)
+                    result = promote_sweep_result(study, run)
+                    logger.info(
+                        "%s: from the sweep's result (its run folder is gone), test %s", path.name, result["test"]
+                    )
                     written.append(path)
                     collected = True
                 elif run.name not in failed:

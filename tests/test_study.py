@@ -146,6 +146,33 @@ def test_the_sweep_chooses_on_validation_and_its_run_is_reused(tmp_path):
     assert command[command.index("--output_dir") + 1] == str(tmp_path / "runs" / "toy" / "sh-x--lr0.0005--seed1")
 
 
+def test_a_main_run_that_is_a_finished_sweep_run_takes_its_result_when_the_run_folder_is_gone(tmp_path, monkeypatch):
+    settings = [{"learning_rate": 1e-3}, {"learning_rate": 5e-4}]
+    study = load_study(
+        write_spec(tmp_path, presets=["hc-sa"], sweep={"settings": settings, "groups": {"hc": ["hc-sa"]}})
+    )
+    for run, validation_bleu in zip(sweep_runs(study), (3.0, 4.0)):
+        path = result_path(study, run, sweep=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        result = {
+            "preset": run.preset,
+            "seed": 1,
+            "sweep": True,
+            "run": run.name,
+            "validation": {"bleu": validation_bleu},
+        }
+        path.write_text(json.dumps(dict(result, test={"bleu": validation_bleu + 1})))
+        path.with_suffix(".test.txt").write_text(f"ein Haus {validation_bleu}\n")
+    assert not study.runs_dir.exists()  # trained on another machine
+    monkeypatch.setattr("hf_simple_attn.study.train", lambda *args: pytest.fail("a run was trained again"))
+    [written] = run_study(study, jobs=1, poll_seconds=0)
+    assert written == result_path(study, main_runs(study)[0]) == study.results_dir / "hc-sa--seed1.json"
+    result = json.loads(written.read_text())
+    assert result["validation"] == {"bleu": 4.0} and result["test"] == {"bleu": 5.0} and result["sweep"] is False
+    assert written.with_suffix(".test.txt").read_text() == "ein Haus 4.0\n"
+    assert run_study(study, jobs=1, poll_seconds=0) == []
+
+
 def test_preset_arguments_give_a_preset_outside_the_sweep_its_own_options(tmp_path):
     study = load_study(
         write_spec(tmp_path, presets=["base", "hc-sa"], preset_arguments={"hc-sa": {"learning_rate": 2e-3}})
