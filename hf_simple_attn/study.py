@@ -19,8 +19,8 @@ A study is a JSON spec (see `studies/*.json`):
 group's first preset (its representative) is trained once per setting (seed: the first of its seeds) and scored on
 the validation split; every preset of the group then runs with the setting that scored best, never chosen on the
 test split. A run whose options equal a sweep run's is that run (same folder, trained once; with the folder gone,
-its result is the sweep's result file). `preset_arguments`
-gives a preset outside the sweep its own options (e.g. the learning rate another study's sweep chose for it).
+its result is the sweep's result file). `preset_arguments` gives a preset outside the sweep its own options (e.g.
+the learning rate another study's sweep chose for it).
 
 Each run trains in `<spec folder>/runs/<study>/<run>/` (not committed) with periodic checkpoints, so a killed study
 continues from the last complete checkpoint when started again; a run with results is never trained again. Its
