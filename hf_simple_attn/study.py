@@ -469,15 +469,19 @@ def collect(study: Study, run: Run, sweep: bool = False) -> dict:
         "command": portable_command(command_for(study, run), study),
     }
     path = result_path(study, run, sweep)
+    write_result(path, run, result, run_dir / TASKS[study.task]["predictions"])
+    add_study_to_card(run_dir / "README.md", study_card_section(study, run, result, path))
+    return result
+
+
+def write_result(path: Path, run: Run, result: dict, predictions: Path) -> None:
+    """The result file at `path` and the test predictions next to it, after setting aside another run's."""
     path.parent.mkdir(parents=True, exist_ok=True)
     set_aside_other_run(path, run)
-    predictions = run_dir / TASKS[study.task]["predictions"]
     if predictions.is_file():
         shutil.copyfile(predictions, path.with_suffix(".test.txt"))
     # Last and whole: a result file marks a finished run, so a kill here must leave either none or all of it.
     write_text_atomically(path, json.dumps(result, indent=1) + "\n")
-    add_study_to_card(run_dir / "README.md", study_card_section(study, run, result, path))
-    return result
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -683,12 +687,7 @@ def promote_sweep_result(study: Study, run: Run) -> dict:
     trained again. Its model, and so its analyses, stay missing unless the folder comes back."""
     sweep_path = result_path(study, run, sweep=True)
     result = dict(json.loads(sweep_path.read_text(encoding="utf-8")), sweep=False)
-    path = result_path(study, run)
-    set_aside_other_run(path, run)
-    predictions = sweep_path.with_suffix(".test.txt")
-    if predictions.is_file():
-        shutil.copyfile(predictions, path.with_suffix(".test.txt"))
-    write_text_atomically(path, json.dumps(result, indent=1) + "\n")
+    write_result(result_path(study, run), run, result, sweep_path.with_suffix(".test.txt"))
     return result
 
 

@@ -63,11 +63,12 @@ def pair_baselines(study: Study, reaches: list[int], positive_label: str = "equi
         raise ValueError(
             f"study {study.name!r}: positive_label={positive_label!r} is not a label; labels: {label_list}"
         )
-    positive = positive_label if label_to_id is not None else label_list.index(positive_label)
+    # Class ids name their label through label_list; local files hold the labels themselves.
+    names = label_list if label_to_id is None else None
     splits = {
         name: (
             list(zip(raw_datasets[name][first_key], raw_datasets[name][second_key])),
-            [label == positive for label in raw_datasets[name]["label"]],
+            [str(label if names is None else names[label]) == positive_label for label in raw_datasets[name]["label"]],
         )
         for name in ("train", "validation", "test")
     }
