@@ -39,8 +39,9 @@ def rule_accuracy(pairs: list[tuple[str, str]], is_positive: list[bool], thresho
 
 
 def reach_shares(tokenizer, pairs: list[tuple[str, str]], reaches: list[int]) -> dict:
-    first_lengths = [len(tokenizer(a)["input_ids"]) for a, _ in pairs]  # [CLS] first [SEP]
-    pair_lengths = [len(tokenizer(a, b)["input_ids"]) for a, b in pairs]
+    firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
+    first_lengths = [len(ids) for ids in tokenizer(firsts)["input_ids"]]  # [CLS] first [SEP]
+    pair_lengths = [len(ids) for ids in tokenizer(firsts, seconds)["input_ids"]]
     count = len(pairs)
     return {
         "first_sentence_tokens_mean": round(sum(first_lengths) / count, 1),
