@@ -517,7 +517,11 @@ def run_analyses(
     sample = pairs[:max_sentences]
     batch = encode_pairs(tokenizer, sample)
     analysis = {"run_dir": str(run_dir), "sentences": len(sample), "conventions": CONVENTIONS}
-    if base_run_dir is not None and retrieval_heads(model.config):
+    if base_run_dir is None and retrieval_heads(model.config):
+        logger.warning(
+            "%s: hard retrieval heads but no `base` checkpoint to compare with: no retrieval agreement", run_dir
+        )
+    elif retrieval_heads(model.config):
         base_model, base_tokenizer = load_checkpoint(base_run_dir)
         check_same_tokenization(batch, encode_pairs(base_tokenizer, sample))
         analysis["base_run_dir"] = str(base_run_dir)
@@ -562,10 +566,11 @@ def analyze_checkpoint(
 
 
 def base_run_dir_for(study: Study, run: Run) -> Path | None:
-    """The folder of the study's finished `base` run of the same seed (else of its first seed), or None."""
+    """The folder of the study's finished `base` run of the same seed, else of another seed (a run folder may be gone
+    with the machine that trained it), or None."""
     base_runs = [other for other in main_runs(study) if other is not None and other.preset == "base"]
-    candidates = [other for other in base_runs if other.seed == run.seed] or base_runs[:1]
-    return next((study.runs_dir / other.name for other in candidates if run_finished(study, other)), None)
+    base_runs.sort(key=lambda other: other.seed != run.seed)
+    return next((study.runs_dir / other.name for other in base_runs if run_finished(study, other)), None)
 
 
 def analyze_run(study: Study, run: Run, result_path) -> Path | None:

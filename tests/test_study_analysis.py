@@ -16,6 +16,7 @@ from hf_simple_attn.study_analysis import (
     analyze_run,
     attention_entropy,
     attention_maps,
+    base_run_dir_for,
     bleu_by_length,
     check_same_tokenization,
     encode_pairs,
@@ -234,6 +235,25 @@ def test_analyze_run_writes_json_next_to_the_result_and_plots_apart(checkpoints,
     assert {p.name for p in (study.results_dir / "plots" / "hc-sa--seed1").iterdir()} == set(analysis["plots"])
     summarization = Study(name="s", task="summarization", arguments={}, presets=["base"], seeds={"default": [1]})
     assert analyze_run(summarization, run, result) is None
+
+
+def test_a_hard_retrieval_run_is_compared_with_a_base_run_of_another_seed_when_its_own_is_gone(tmp_path):
+    study = Study(
+        name="toy",
+        task="translation",
+        arguments={},
+        presets=["base", "hard-dec"],
+        seeds={"default": [1, 2]},
+        spec_path=tmp_path / "toy.json",
+    )
+    assert base_run_dir_for(study, Run("hard-dec", 1)) is None  # no base run finished
+    for seed in (1, 2):
+        (study.runs_dir / f"base--seed{seed}").mkdir(parents=True)
+    (study.runs_dir / "base--seed2" / "all_results.json").write_text('{"predict_runtime": 1.0}')
+    assert base_run_dir_for(study, Run("hard-dec", 1)) == study.runs_dir / "base--seed2"
+    (study.runs_dir / "base--seed1" / "all_results.json").write_text('{"predict_runtime": 1.0}')
+    assert base_run_dir_for(study, Run("hard-dec", 1)) == study.runs_dir / "base--seed1"
+    assert base_run_dir_for(study, Run("hard-dec", 2)) == study.runs_dir / "base--seed2"
 
 
 def test_cli_analyze_reads_a_jsonl_test_file(checkpoints, tmp_path, capsys):
