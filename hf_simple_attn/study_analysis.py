@@ -517,10 +517,8 @@ def run_analyses(
     sample = pairs[:max_sentences]
     batch = encode_pairs(tokenizer, sample)
     analysis = {"run_dir": str(run_dir), "sentences": len(sample), "conventions": CONVENTIONS}
-    if base_run_dir is None and retrieval_heads(model.config):
-        logger.warning(
-            "%s: hard retrieval heads but no `base` checkpoint to compare with: no retrieval agreement", run_dir
-        )
+    if retrieval_heads(model.config) and base_run_dir is None:
+        logger.warning("%s: hard retrieval heads but no `base` checkpoint to compare with: no agreement", run_dir)
     elif retrieval_heads(model.config):
         base_model, base_tokenizer = load_checkpoint(base_run_dir)
         check_same_tokenization(batch, encode_pairs(base_tokenizer, sample))

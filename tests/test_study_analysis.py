@@ -213,7 +213,7 @@ def test_analyze_checkpoint_writes_every_analysis_and_plot(checkpoints, tmp_path
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_analyze_run_writes_json_next_to_the_result_and_plots_apart(checkpoints, tmp_path, monkeypatch):
+def test_analyze_run_writes_json_next_to_the_result_and_plots_apart(checkpoints, tmp_path, monkeypatch, caplog):
     study = Study(
         name="toy",
         task="translation",
@@ -231,6 +231,7 @@ def test_analyze_run_writes_json_next_to_the_result_and_plots_apart(checkpoints,
     assert path == study.results_dir / "hc-sa--seed1.analysis.json"
     analysis = json.loads(path.read_text())
     assert analysis["sentences"] == 3 and "retrieval_agreement" not in analysis  # the study has no base run
+    assert "hard retrieval heads but no `base` checkpoint" in caplog.text
     assert sorted(p.name for p in study.results_dir.iterdir()) == ["hc-sa--seed1.analysis.json", "plots"]
     assert {p.name for p in (study.results_dir / "plots" / "hc-sa--seed1").iterdir()} == set(analysis["plots"])
     summarization = Study(name="s", task="summarization", arguments={}, presets=["base"], seeds={"default": [1]})
