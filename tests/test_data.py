@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from hf_simple_attn.data import (
     split_examples,
     stable_hash,
 )
+from hf_simple_attn.data import fetch as fetch_module
 from hf_simple_attn.data.corpora import paraphrase_rows
 from hf_simple_attn.data.fetch import download_deb
 
@@ -361,6 +363,63 @@ def test_missing_tool_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(SourceUnavailableError, match="apt-get"):
         download_deb("libreoffice-help-de", tmp_path)
+
+
+FAKE_APT_GET = """#!/bin/sh
+# Records each call; 'update' fills the lists folder named by -o Dir::State::lists=..., 'download' writes a .deb.
+echo "apt-get $*" >> "$FETCH_LOG"
+sleep 0.5
+for argument in "$@"; do
+  case "$argument" in
+    Dir::State::lists=*) lists="${argument#Dir::State::lists=}" ;;
+  esac
+  last="$argument"
+done
+case "$*" in
+  *" update") touch "$lists/archive_main_binary-all_Packages" ;;
+  *" download "*) touch "${last}_1.0_all.deb" ;;
+esac
+"""
+
+FAKE_DPKG_DEB = """#!/bin/sh
+echo "dpkg-deb $*" >> "$FETCH_LOG"
+sleep 0.5
+mkdir -p "$3/usr/share/doc"
+"""
+
+
+def test_processes_sharing_a_cache_fetch_each_package_once(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, script in (("apt-get", FAKE_APT_GET), ("dpkg-deb", FAKE_DPKG_DEB)):
+        (bin_dir / name).write_text(script)
+        (bin_dir / name).chmod(0o755)
+    fetch_log = tmp_path / "fetch.log"
+    environment = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FETCH_LOG": str(fetch_log)}
+    # fetch.py alone (it imports no other module of the package), so the processes start in well under a second
+    fetch = (
+        "import sys; sys.path.insert(0, sys.argv[3]); from fetch import unpack_deb; print(unpack_deb(*sys.argv[1:3]))"
+    )
+    command = [
+        sys.executable,
+        "-c",
+        fetch,
+        "libreoffice-help-de",
+        str(tmp_path / "cache"),
+        str(Path(fetch_module.__file__).parent),
+    ]
+    # subprocess.run is forbidden in this module; Popen starts both processes before either finishes
+    processes = [subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    roots = [process.communicate(timeout=120)[0].strip() for process in processes]
+    assert [process.returncode for process in processes] == [0, 0, 0]
+    assert roots == [str(tmp_path / "cache" / "unpacked" / "libreoffice-help-de")] * 3
+    calls = [line.split()[0] + " " + line.split()[-1] for line in fetch_log.read_text().splitlines()]
+    assert calls == [
+        "apt-get update",
+        "apt-get libreoffice-help-de",
+        f"dpkg-deb {tmp_path / 'cache' / 'unpacked' / 'libreoffice-help-de.partial'}",
+    ]
+    assert (tmp_path / "cache" / "unpacked" / "libreoffice-help-de" / "usr" / "share" / "doc").is_dir()
 
 
 # Embedded corpus --------------------------------------------------------------------------
