@@ -9,8 +9,8 @@ and `(Seq2Seq)TrainingArguments`, so the options read the same everywhere:
 - `AttentionArguments`: `--attention_preset`, `--attention_layout` (JSON), `--length_ratio`;
 - `ModelSizeArguments`: the size of a model trained from scratch (`--d_model`, `--encoder_layers`, ...).
 
-`parse_script_arguments`, `setup_logging`, `prepare_hub_push` and `checkpoint_to_resume` are the
-start-up steps every script shares; `hf_simple_attn.model_setup` turns the arguments into a
+`parse_script_arguments`, `setup_logging`, `prepare_hub_push`, `checkpoint_to_resume` and
+`check_checkpoint_fits` are the start-up steps every script shares; `hf_simple_attn.model_setup` turns the arguments into a
 tokenizer and a model.
 """
 
@@ -19,14 +19,16 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 import datasets
 import torch
 import transformers
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, PreTrainedConfig
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import CONFIG_NAME
 
 from .hub import prepare_push
 from .sizes import SIZES
@@ -105,6 +107,48 @@ def checkpoint_to_resume(training_args) -> str | None:
     if last_checkpoint is not None:
         logger.info("Checkpoint detected, resuming at %s; use a new --output_dir to start over", last_checkpoint)
     return last_checkpoint
+
+
+def check_checkpoint_fits(checkpoint: str | None, config: PreTrainedConfig) -> None:
+    """Stop a run that would resume `checkpoint` into another model than the one it was trained as (another
+    layout, size or vocabulary): its weights would load in part, or, for a layout with the same parameters,
+    silently into other attention maths, and its optimizer state not at all. A checkpoint without a config
+    (an Accelerate state of an older version) is not checked."""
+    if checkpoint is None or not (Path(checkpoint) / CONFIG_NAME).is_file():
+        return
+    saved_type = json.loads((Path(checkpoint) / CONFIG_NAME).read_text(encoding="utf-8")).get("model_type")
+    if saved_type != config.model_type:
+        differences = [f"model_type (checkpoint: {saved_type!r}, this run: {config.model_type!r})"]
+    else:
+        saved = type(config).from_pretrained(checkpoint)
+        differences = [
+            describe_difference(name, getattr(saved, name, None), getattr(config, name, None), saved, config)
+            for name in config.architecture_fields
+            if getattr(saved, name, None) != getattr(config, name, None)
+        ]
+    if differences:
+        raise ValueError(
+            f"Cannot resume {checkpoint}: it was trained as another model than this run builds; "
+            + "; ".join(differences)
+            + ". Resume with the options it was trained with, or give a new --output_dir to start afresh."
+        )
+
+
+def describe_difference(name: str, saved_value, value, saved: PreTrainedConfig, config: PreTrainedConfig) -> str:
+    """One field of `check_checkpoint_fits`'s error; a layout is named by its presets and first differing layer."""
+    if name != "attention_layout":
+        return f"{name} (checkpoint: {saved_value!r}, this run: {value!r})"
+    for site in sorted(set(saved_value) | set(value)):
+        layers = zip_longest(saved_value.get(site) or [], value.get(site) or [])
+        layer = next((index for index, (old, new) in enumerate(layers) if old != new), None)
+        if layer is not None:
+            break
+    presets = [
+        f"preset {preset!r}" if preset else "no preset" for preset in (saved.attention_preset, config.attention_preset)
+    ]
+    return (
+        f"attention_layout (checkpoint: {presets[0]}, this run: {presets[1]}; first difference: {site} layer {layer})"
+    )
 
 
 def last_complete_checkpoint(folder: str | os.PathLike) -> str | None:
@@ -258,6 +302,7 @@ __all__ = [
     "ModelArguments",
     "ModelSizeArguments",
     "checkpoint_to_resume",
+    "check_checkpoint_fits",
     "parse_attention_layout",
     "parse_script_arguments",
     "prepare_hub_push",

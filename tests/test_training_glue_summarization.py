@@ -680,3 +680,9 @@ def test_a_rerun_resumes_from_its_checkpoint_to_the_same_weights(script, run_glu
     assert expected.keys() == actual.keys()
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)
+
+    # Started again with another layout (band6 has band2's parameters), it refuses to resume the checkpoint into it
+    other = {"run_glue": "band6", "run_summarization": "hard-dec"}[script]
+    with pytest.raises(ValueError, match=rf"this run: preset '{other}'; first difference: "):
+        main(arguments + ["--output_dir", str(resumed), "--max_steps", "12", "--attention_preset", other])
+    assert json.loads((resumed / "trainer_state.json").read_text())["global_step"] == 10

@@ -18,9 +18,16 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, MarianConfig, MarianMTModel, pipeline
 
 import hf_simple_attn
+from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnMarianConfig
 from hf_simple_attn.model_setup import build_seq2seq_model, compute_length_ratio
 from hf_simple_attn.tokenization import train_bert_tokenizer, train_tokenizer
-from hf_simple_attn.training_args import AttentionArguments, ModelArguments, ModelSizeArguments, parse_attention_layout
+from hf_simple_attn.training_args import (
+    AttentionArguments,
+    ModelArguments,
+    ModelSizeArguments,
+    check_checkpoint_fits,
+    parse_attention_layout,
+)
 
 from conftest import HUB_TOKEN, assert_hub_token_kept_out
 
@@ -201,6 +208,46 @@ def test_rerun_resumes_from_the_newest_complete_checkpoint(corpus, tmp_path, cap
         assert read_json(output_dir / f"checkpoint-{step}" / "trainer_state.json")["global_step"] == step
 
 
+def test_a_rerun_that_builds_another_model_stops_before_touching_the_checkpoint(corpus, tmp_path):
+    """Rerun in the same --output_dir with another layout or size: it must not resume the checkpoint into that
+    model (`hard-dec` has `base`'s parameters, so its weights would load silently into other attention)."""
+    output_dir = tmp_path / "run"
+    arguments = data_args(corpus, "train") + TINY_MODEL + TRAINER_ARGS + ["--do_train", "--save_steps", "1"]
+    arguments += ["--output_dir", str(output_dir)]
+    run_translation.main(arguments + ["--max_steps", "2"])
+    saved = {path.name: path.read_bytes() for path in (output_dir / "checkpoint-2").iterdir()}
+
+    with pytest.raises(ValueError) as failure:
+        run_translation.main(arguments + ["--max_steps", "3", "--attention_preset", "hard-dec"])
+    assert str(failure.value) == (
+        f"Cannot resume {output_dir / 'checkpoint-2'}: it was trained as another model than this run builds; "
+        "attention_layout (checkpoint: no preset, this run: preset 'hard-dec'; first difference: cross layer 0). "
+        "Resume with the options it was trained with, or give a new --output_dir to start afresh."
+    )
+    with pytest.raises(ValueError, match=r"; d_model \(checkpoint: 16, this run: 32\);"):
+        run_translation.main(arguments + ["--max_steps", "3", "--d_model", "32"])
+    assert sorted(path.name for path in output_dir.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert {path.name: path.read_bytes() for path in (output_dir / "checkpoint-2").iterdir()} == saved
+
+
+def test_a_checkpoint_of_another_model_type_is_refused_and_one_without_a_config_is_not_checked(tmp_path):
+    encoder = SimpleAttnBertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    encoder.save_pretrained(tmp_path / "encoder")
+    translator = SimpleAttnMarianConfig.from_preset("base", d_model=16, encoder_attention_heads=2)
+    with pytest.raises(
+        ValueError, match=r"; model_type \(checkpoint: 'simple_attn_bert', this run: 'simple_attn_marian'\)\."
+    ):
+        check_checkpoint_fits(str(tmp_path / "encoder"), translator)
+    (tmp_path / "accelerate-state").mkdir()
+    check_checkpoint_fits(str(tmp_path / "accelerate-state"), translator)
+    check_checkpoint_fits(None, translator)
+    relabelled = SimpleAttnBertConfig.from_dict({**encoder.to_dict(), "id2label": {0: "yes", 1: "no"}})
+    with pytest.raises(
+        ValueError, match=r"id2label \(checkpoint: \{0: 'LABEL_0', 1: 'LABEL_1'\}, this run: \{0: 'yes'"
+    ):
+        check_checkpoint_fits(str(tmp_path / "encoder"), relabelled)
+
+
 def test_accelerate_loop_trains_scores_saves_and_resumes_exactly(corpus, tmp_path):
     common = data_args(corpus, "train", "validation", "test") + TINY_MODEL + LOOP_ARGS + ["--attention_preset", "sh-x"]
     first = tmp_path / "loop"
@@ -226,6 +273,20 @@ def test_accelerate_loop_trains_scores_saves_and_resumes_exactly(corpus, tmp_pat
     expected, actual = load_file(first / "model.safetensors"), load_file(resumed / "model.safetensors")
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=0, msg=name)
+    assert read_json(first / "step_2" / "config.json")["attention_preset"] == "sh-x"
+    with pytest.raises(ValueError, match=r"attention_layout \(checkpoint: preset 'sh-x', this run: preset 'base';"):
+        run_translation_no_trainer.main(
+            common
+            + [
+                "--attention_preset",
+                "base",
+                "--max_train_steps",
+                "4",
+                "--resume_from_checkpoint",
+                str(first / "step_2"),
+            ]
+            + ["--output_dir", str(tmp_path / "loop-other-layout")]
+        )
 
 
 def test_push_to_hub_fails_before_training_when_the_repository_cannot_be_created(corpus, tmp_path):

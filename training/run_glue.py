@@ -67,6 +67,7 @@ from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
+    check_checkpoint_fits,
     checkpoint_to_resume,
     parse_script_arguments,
     prepare_hub_push,
@@ -358,6 +359,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         **label_config(data_args, label_list),
         **pooling_config(model_args),
     )
+    check_checkpoint_fits(checkpoint, model.config)
     max_seq_length = usable_max_seq_length(data_args, tokenizer, model)
     tokenized = preprocess(raw_datasets, tokenizer, data_args, training_args, keys, label_to_id, max_seq_length)
     splits = select_splits(tokenized, data_args, training_args)

@@ -55,6 +55,7 @@ from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
+    check_checkpoint_fits,
     checkpoint_to_resume,
     parse_script_arguments,
     prepare_hub_push,
@@ -276,6 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     language = set_language(tokenizer, data_args)
     model = build_model(model_args, attention_args, size_args, data_args, tokenizer, raw_splits["train"], columns)
+    check_checkpoint_fits(checkpoint, model.config)
     lengths = sequence_lengths(data_args, model)
     tokenized = preprocess(raw_splits, tokenizer, data_args, training_args, columns, column_names, lengths)
     set_generation_config(model, data_args, training_args, lengths[2])

@@ -44,6 +44,7 @@ from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
+    check_checkpoint_fits,
     checkpoint_to_resume,
     parse_script_arguments,
     prepare_hub_push,
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model = translation_model(
         model_args, attention_args, size_args, data_args, tokenizer, raw_splits["train"], training_args.seed
     )
+    check_checkpoint_fits(checkpoint, model.config)
     if model.config.decoder_start_token_id is None:
         raise ValueError("Make sure that `config.decoder_start_token_id` is correctly defined")
     tokenized = tokenize_splits(raw_splits, tokenizer, data_args, training_args)

@@ -35,12 +35,14 @@ from accelerate.utils import DataLoaderConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, get_scheduler
+from transformers.utils import CONFIG_NAME
 
 from hf_simple_attn.hub import prepare_push, publish_checkpoint
 from hf_simple_attn.training_args import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
+    check_checkpoint_fits,
     parse_script_arguments,
 )
 from hf_simple_attn.translation_task import (
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
         model_args, size_args, data_args, train_raw, args.resume_from_checkpoint, accelerator.is_local_main_process
     )
     model = translation_model(model_args, attention_args, size_args, data_args, tokenizer, train_raw, args.seed)
+    check_checkpoint_fits(args.resume_from_checkpoint, model.config)
     if args.max_length is not None:
         model.generation_config.max_length = args.max_length
     collator, train_dataloader, eval_dataloader = make_dataloaders(
@@ -347,11 +350,11 @@ def train(accelerator, args: LoopArguments, model, optimizer, lr_scheduler, trai
                     args.checkpointing_steps not in (None, "epoch")
                     and completed_steps % int(args.checkpointing_steps) == 0
                 ):
-                    save_state(accelerator, tokenizer, args, f"{CHECKPOINT_PREFIX}{completed_steps}")
+                    save_state(accelerator, model, tokenizer, args, f"{CHECKPOINT_PREFIX}{completed_steps}")
             if completed_steps >= max_train_steps:
                 break
         if args.checkpointing_steps == "epoch":
-            save_state(accelerator, tokenizer, args, f"epoch_{epoch}")
+            save_state(accelerator, model, tokenizer, args, f"epoch_{epoch}")
         if completed_steps >= max_train_steps:
             break
     train_runtime = time.time() - start_time
@@ -396,12 +399,14 @@ def log_loss(accelerator, args: LoopArguments, progress_bar, lr_scheduler, losse
         accelerator.log({"train_loss": mean_loss, "learning_rate": learning_rate, "epoch": epoch}, step=step)
 
 
-def save_state(accelerator: Accelerator, tokenizer, args: LoopArguments, name: str) -> None:
-    """A resumable state in `--output_dir/name`, with the tokenizer: a from-scratch tokenizer must survive a resume."""
+def save_state(accelerator: Accelerator, model, tokenizer, args: LoopArguments, name: str) -> None:
+    """A resumable state in `--output_dir/name`, with the tokenizer (a from-scratch tokenizer must survive a resume)
+    and the model's config (a resume checks that it rebuilds the same model)."""
     folder = os.path.join(args.output_dir, name)
     accelerator.save_state(folder)
     if accelerator.is_main_process:
         tokenizer.save_pretrained(folder)
+        accelerator.unwrap_model(model).config.to_json_file(os.path.join(folder, CONFIG_NAME))
 
 
 def generate_and_score(accelerator, model, dataloader, references, tokenizer, scorer, generate_kwargs):

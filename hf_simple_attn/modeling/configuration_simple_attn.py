@@ -79,6 +79,15 @@ class SimpleAttnMarianConfig(MarianConfig):
     """
 
     model_type = "simple_attn_marian"
+    # What the weights and the attention maths depend on: a run resumed from a checkpoint must rebuild these as saved.
+    architecture_fields = SIZE_FIELDS + (
+        "decoder_vocab_size",
+        "attention_layout",
+        "activation_function",
+        "scale_embedding",
+        "share_encoder_decoder_embeddings",
+        "tie_word_embeddings",
+    )
 
     attention_layout: dict | None = None
     attention_preset: str | None = None

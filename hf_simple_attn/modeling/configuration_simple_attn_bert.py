@@ -45,6 +45,14 @@ class SimpleAttnBertConfig(BertConfig):
     """
 
     model_type = "simple_attn_bert"
+    # What the weights and the attention maths depend on: a run resumed from a checkpoint must rebuild these as saved.
+    architecture_fields = SIZE_FIELDS + (
+        "attention_layout",
+        "hidden_act",
+        "layer_norm_eps",
+        "classifier_pooling",
+        "id2label",
+    )
     attribute_map = {
         "d_model": "hidden_size",
         "attention_dropout": "attention_probs_dropout_prob",
