@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from .modeling.presets import list_presets
 from .training_args import last_complete_checkpoint
 
@@ -413,6 +415,18 @@ def train(study: Study, run: Run) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+def claim(study: Study, run: Run) -> FileLock | None:
+    """The run's lock, held while this runner trains it; None when another runner (the same study started twice,
+    from another shell or machine sharing the folder) holds it: two processes would write one run folder."""
+    study.runs_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(study.runs_dir / f"{run.name}.lock", timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return None
+    return lock
+
+
 def code_version() -> str | None:
     """The commit the training code comes from, `+dirty` when the package or scripts differ from it."""
 
@@ -715,10 +729,12 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
 
     `analyze(study, run, result_path)` is called on each main run with a result and no analysis yet (the papers'
     analyses). Options the task's script would refuse stop it before any run starts (`check_script_options`).
-    Interrupted, it stops its training processes; their checkpoints stay for the next start.
+    Interrupted, it stops its training processes; their checkpoints stay for the next start. A run that another
+    runner of the study is training (`claim`) is left to it; this one ends when only such runs remain.
     """
     check_script_options(study)
     written, running, failed, analysed = [], {}, set(), set()
+    claims, elsewhere = {}, set()  # the locks of the runs this runner trains; runs another runner trains
     for name in study.baselines:
         path = write_baseline_result(study, name)
         if path is not None:
@@ -728,6 +744,7 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
             for name, process in list(running.items()):
                 if process.poll() is not None:
                     del running[name]
+                    claims.pop(name).release()
                     if process.returncode != 0:
                         failed.add(name)
                         logger.error("%s failed (exit %d): see %s", name, process.returncode, study.runs_dir / name)
@@ -759,10 +776,22 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
                     collected = True
                 elif run.name not in failed:
                     startable[run.name] = run
-            for run in list(startable.values())[: max(0, jobs - len(running))]:
+            for run in startable.values():
+                if len(running) >= jobs:
+                    break
+                lock = claim(study, run)
+                if lock is None:
+                    if run.name not in elsewhere:
+                        logger.info(
+                            "%s is being trained by another runner; its result is collected once it ends", run.name
+                        )
+                        elsewhere.add(run.name)
+                    continue
+                claims[run.name] = lock
+                elsewhere.discard(run.name)
                 logger.info("training %s", run.name)
                 running[run.name] = train(study, run)
-            if not running and not startable and not collected:
+            if not running and set(startable) <= elsewhere and not collected:
                 break
             if not collected:
                 time.sleep(poll_seconds)
@@ -770,6 +799,8 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
         for process in running.values():
             process.terminate()
             process.wait()
+        for lock in claims.values():
+            lock.release()
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) failed: {sorted(failed)}")
     return written

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+from filelock import FileLock
 
 from hf_simple_attn.study import (
     Run,
@@ -380,6 +381,35 @@ def test_every_committed_study_spec_loads_and_its_script_accepts_every_option(sp
     study = load_study(spec)
     assert study.name == spec.stem
     check_script_options(study)
+
+
+def test_a_run_another_runner_trains_is_left_to_it(tmp_path, monkeypatch, caplog):
+    """The same study started twice: each run is trained by one runner only, never into one folder by two."""
+    study = load_study(write_spec(tmp_path))
+    held_elsewhere = FileLock(study.runs_dir / "base--seed1.lock", timeout=0)
+    study.runs_dir.mkdir(parents=True)
+    started = []
+
+    class FailedProcess:
+        returncode = 1
+
+        def poll(self):
+            return self.returncode
+
+    def train(study, run):
+        started.append(run.name)
+        return FailedProcess()
+
+    monkeypatch.setattr("hf_simple_attn.study.train", train)
+    caplog.set_level("INFO", logger="hf_simple_attn.study")
+    with held_elsewhere, pytest.raises(RuntimeError, match=r"1 run\(s\) failed: \['hc-sa--seed1'\]"):
+        run_study(study, jobs=2, poll_seconds=0)
+    assert started == ["hc-sa--seed1"]
+    messages = [record.getMessage() for record in caplog.records]
+    assert "base--seed1 is being trained by another runner; its result is collected once it ends" in messages
+    # released when its process ended: the next runner may train it
+    with FileLock(study.runs_dir / "hc-sa--seed1.lock", timeout=0):
+        pass
 
 
 @pytest.mark.parametrize(
