@@ -176,7 +176,12 @@ def main(argv=None) -> None:
         "analyze", help="attention entropy, locality, GMM gates, retrieval agreement, BLEU by length of a checkpoint"
     )
     checkpoint.add_argument("run_dir", help="a translation checkpoint saved with its tokenizer (run_translation.py)")
-    checkpoint.add_argument("--test_file", required=True, help='jsonl: {"translation": {"en": ..., "de": ...}} lines')
+    checkpoint.add_argument(
+        "--test_file",
+        required=True,
+        help='a data file as run_translation.py reads one: json/jsonl {"translation": {"en": ..., "de": ...}} rows, '
+        "or csv/tsv with a column per language",
+    )
     checkpoint.add_argument("--source_lang", default="en")
     checkpoint.add_argument("--target_lang", default="de")
     checkpoint.add_argument("--output_dir", default=None, help="for analysis.json and the PNGs (RUN_DIR/analysis)")
@@ -232,7 +237,10 @@ def main(argv=None) -> None:
             except ValueError as error:
                 parser.exit(2, f"hf-simple-attn shortlist: error: {error}\n")
         else:
-            analyze(args)
+            try:
+                analyze(args)
+            except ValueError as error:
+                parser.exit(2, f"hf-simple-attn analyze: error: {error}\n")
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly; point stdout at devnull so the final flush cannot fail.

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from .data.files import DataFileError, checked_value, file_rows
 from .modeling.attention_gaussian_mixture import GaussianMixtureHeads
 from .modeling.attention_registry import SITES
 from .modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
@@ -66,13 +67,20 @@ def load_checkpoint(run_dir: str | os.PathLike):
 
 
 def read_pairs(path: str | os.PathLike, source_lang: str, target_lang: str) -> list[tuple[str, str]]:
-    """(source, reference) pairs of a jsonl file of `{"translation": {lang: text, ...}}` (or `{lang: text}`) lines."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    rows = [row.get("translation", row) for row in map(json.loads, filter(str.strip, lines))]
-    missing = {lang for row in rows for lang in (source_lang, target_lang) if lang not in row}
-    if missing:
-        raise ValueError(f"{path}: some lines have no text for language(s) {sorted(missing)}")
-    return [(row[source_lang], row[target_lang]) for row in rows]
+    """(source, reference) pairs of a data file as the training scripts read one: json/jsonl rows of
+    `{"translation": {lang: text}}` or `{lang: text}`, csv/tsv columns named by language. A bad row raises
+    `DataFileError` naming the file, the line and the field."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise DataFileError(f"{path}: no such file")
+    pairs = []
+    for place, row in file_rows(path):
+        prefix = "translation." if "translation" in row else ""
+        source, reference = (
+            checked_value(path, place, row, prefix + lang, text=True) for lang in (source_lang, target_lang)
+        )
+        pairs.append((source, reference))
+    return pairs
 
 
 def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
@@ -554,6 +562,9 @@ def analyze_checkpoint(
     """Analyse a saved checkpoint on a jsonl test file (`source_lang` -> `target_lang`) or a list of (source,
     reference) pairs: writes `analysis.json` and the PNGs into `output_dir` and returns the analysis. Retrieval
     agreement needs hard_retrieval heads and `base_run_dir` (a `base` checkpoint with the same tokenizer)."""
+    for name, folder in (("run_dir", run_dir), ("base_run_dir", base_run_dir)):
+        if folder is not None and not (Path(folder) / "config.json").is_file():
+            raise ValueError(f"{name}: {folder} is not a saved checkpoint (it has no config.json)")
     pairs = test_file_or_pairs
     if isinstance(pairs, (str, os.PathLike)):
         pairs = read_pairs(pairs, source_lang, target_lang)

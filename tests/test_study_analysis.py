@@ -9,6 +9,7 @@ import torch
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, study_analysis
 from hf_simple_attn.cli import main
+from hf_simple_attn.data.files import DataFileError
 from hf_simple_attn.study import Run, Study
 from hf_simple_attn.study_analysis import (
     TokenizationMismatch,
@@ -22,6 +23,7 @@ from hf_simple_attn.study_analysis import (
     encode_pairs,
     gmm_gates,
     locality,
+    read_pairs,
     retrieval_agreement,
     row_statistics,
     site_masks,
@@ -276,5 +278,28 @@ def test_cli_analyze_reads_a_jsonl_test_file(checkpoints, tmp_path, capsys):
     assert "1 sentences analysed" in capsys.readouterr().out
     analysis = json.loads((tmp_path / "cli" / "analysis.json").read_text())
     assert analysis["sentences"] == 1 and "retrieval_agreement" not in analysis
-    with pytest.raises(ValueError, match=r"language\(s\) \['fr'\]"):
-        main(["analyze", str(checkpoints[0]), "--test_file", str(test_file), "--target_lang", "fr"])
+
+    # Bad input: a CLI error naming the file, line and field (or the folder), no traceback.
+    missing_folder = tmp_path / "no-such-run"
+    for arguments, message in (
+        (["--target_lang", "fr"], f"{test_file} line 1: field 'translation.fr' is missing"),
+        (["--base_run_dir", str(missing_folder)], f"base_run_dir: {missing_folder} is not a saved checkpoint"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(["analyze", str(checkpoints[0]), "--test_file", str(test_file), *arguments])
+        assert exit_.value.code == 2 and f"hf-simple-attn analyze: error: {message}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["analyze", str(checkpoints[0]), "--test_file", str(tmp_path / "absent.jsonl")])
+    assert f"error: {tmp_path / 'absent.jsonl'}: no such file" in capsys.readouterr().err
+
+
+def test_read_pairs_reads_the_data_files_the_training_scripts_read(tmp_path):
+    flat = tmp_path / "test.tsv"
+    flat.write_text("en\tde\nthe house\tdas Haus\n", encoding="utf-8")
+    assert read_pairs(flat, "en", "de") == [("the house", "das Haus")]
+    nested = tmp_path / "test.jsonl"
+    nested.write_text(
+        '{"translation": {"en": "a cat", "de": "eine Katze"}}\n{"translation": {"en": "x", "de": " "}}\n'
+    )
+    with pytest.raises(DataFileError, match=r"test.jsonl line 2: field 'translation.de' is empty"):
+        read_pairs(nested, "en", "de")
