@@ -279,14 +279,19 @@ def results_table(
     study: Study, results: list[dict], tests: dict[str, dict[str, list[dict]]], baselines: list[dict]
 ) -> str:
     """One row per preset in the study's order (seeds, test metrics as mean ± std, the first one's difference from
-    `base`'s mean, validation, p against each reference system), then one per outside baseline."""
+    `base`, validation, p against each reference system), then one per outside baseline.
+
+    The difference is paired by seed: the mean over the preset's seeds of its score minus `base`'s at that seed, so
+    a preset run at seed 1 only is compared with `base`'s seed 1, not with its mean over three seeds. Seeds `base`
+    lacks (and the outside baselines) are compared with `base`'s mean."""
     names, scale = TASKS[study.task]["metrics"], TASKS[study.task]["display_scale"]
     by_preset = {}
     for result in results:
         by_preset.setdefault(result["preset"], []).append(result)
-    base_mean = None
+    base_mean, base_by_seed = None, {}
     if "base" in by_preset:
-        base_mean = statistics.fmean(r["test"][names[0]] * scale for r in by_preset["base"])
+        base_by_seed = {r["seed"]: r["test"][names[0]] * scale for r in by_preset["base"]}
+        base_mean = statistics.fmean(base_by_seed.values())
     header = [
         "preset",
         "seeds",
@@ -304,7 +309,9 @@ def results_table(
         cells = [preset, ",".join(str(r["seed"]) for r in runs)]
         cells += [format_mean_std([r["test"][n] for r in runs], scale) for n in names]
         if base_mean is not None:
-            difference = statistics.fmean(r["test"][names[0]] * scale for r in runs) - base_mean
+            difference = statistics.fmean(
+                r["test"][names[0]] * scale - base_by_seed.get(r["seed"], base_mean) for r in runs
+            )
             cells.append("-" if preset == "base" else f"{difference:+.2f}")
         cells += [format_mean_std([r["validation"][names[0]] for r in runs], scale)]
         cells += [f"{runs[0]['learning_rate']:g}", f"{runs[0]['parameters']:,}"]

@@ -439,6 +439,25 @@ def test_options_a_script_would_refuse_stop_the_study_before_any_run(tmp_path, f
     assert not study.runs_dir.exists()
 
 
+def test_the_difference_from_base_pairs_each_run_with_base_of_its_seed(tmp_path):
+    from hf_simple_attn.study_summary import results_table
+
+    study = load_study(write_spec(tmp_path, presets=["base", "hc-sa", "sh-x"]))
+
+    def result(preset, seed, bleu):
+        scores = {"bleu": bleu, "chrf": 50.0}
+        return {"preset": preset, "seed": seed, "test": scores, "validation": scores}
+
+    common = {"learning_rate": 1e-3, "parameters": 1000, "train_seconds": 60.0}
+    runs = [result("base", 1, 30.0), result("base", 2, 31.0), result("base", 3, 35.0)]  # mean 32
+    runs += [result("hc-sa", 1, 33.0), result("sh-x", 1, 31.0), result("sh-x", 2, 33.0)]
+    rows = results_table(study, [dict(run, **common) for run in runs], {}, []).splitlines()
+    assert rows[0].split(" | ")[4] == "Δ vs base (bleu)"
+    differences = {row.split(" | ")[0][2:]: row.split(" | ")[4] for row in rows[2:]}
+    # hc-sa: 33 - 30 (base at seed 1), not 33 - 32; sh-x: mean of 31 - 30 and 33 - 31
+    assert differences == {"base": "-", "hc-sa": "+3.00", "sh-x": "+1.50"}
+
+
 def test_the_readme_block_of_a_study_is_replaced_and_nothing_else():
     from hf_simple_attn.study_summary import replace_block
 
