@@ -10,8 +10,8 @@ and `(Seq2Seq)TrainingArguments`, so the options read the same everywhere:
 - `ModelSizeArguments`: the size of a model trained from scratch (`--d_model`, `--encoder_layers`, ...).
 
 `parse_script_arguments`, `setup_logging`, `prepare_hub_push`, `checkpoint_to_resume` and
-`check_checkpoint_fits` are the start-up steps every script shares; `hf_simple_attn.model_setup` turns the arguments into a
-tokenizer and a model.
+`check_checkpoint_fits` are the start-up steps every script shares; `hf_simple_attn.model_setup`
+turns the arguments into a tokenizer and a model.
 """
 
 import json
@@ -122,7 +122,7 @@ def check_checkpoint_fits(checkpoint: str | None, config: PreTrainedConfig) -> N
     else:
         saved = type(config).from_pretrained(checkpoint)
         differences = [
-            describe_difference(name, getattr(saved, name, None), getattr(config, name, None), saved, config)
+            describe_difference(name, saved, config)
             for name in config.architecture_fields
             if getattr(saved, name, None) != getattr(config, name, None)
         ]
@@ -134,8 +134,9 @@ def check_checkpoint_fits(checkpoint: str | None, config: PreTrainedConfig) -> N
         )
 
 
-def describe_difference(name: str, saved_value, value, saved: PreTrainedConfig, config: PreTrainedConfig) -> str:
+def describe_difference(name: str, saved: PreTrainedConfig, config: PreTrainedConfig) -> str:
     """One field of `check_checkpoint_fits`'s error; a layout is named by its presets and first differing layer."""
+    saved_value, value = getattr(saved, name, None), getattr(config, name, None)
     if name != "attention_layout":
         return f"{name} (checkpoint: {saved_value!r}, this run: {value!r})"
     for site in sorted(set(saved_value) | set(value)):
