@@ -226,21 +226,12 @@ def main(argv=None) -> None:
             print_presets(args.kind)
         elif args.command == "describe":
             describe(args.preset, model_kind, args.size or DEFAULT_SIZES[model_kind])
-        elif args.command == "export":
-            try:
-                export(args)
-            except (ValueError, FileExistsError) as error:
-                parser.exit(2, f"hf-simple-attn export: error: {error}\n")
-        elif args.command == "shortlist":
-            try:
-                shortlist(args)
-            except ValueError as error:
-                parser.exit(2, f"hf-simple-attn shortlist: error: {error}\n")
         else:
+            # The commands that read a checkpoint or data: bad input is a command-line error, not a traceback.
             try:
-                analyze(args)
-            except ValueError as error:
-                parser.exit(2, f"hf-simple-attn analyze: error: {error}\n")
+                {"export": export, "shortlist": shortlist, "analyze": analyze}[args.command](args)
+            except (ValueError, FileExistsError) as error:
+                parser.exit(2, f"hf-simple-attn {args.command}: error: {error}\n")
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly; point stdout at devnull so the final flush cannot fail.

@@ -116,11 +116,11 @@ def check_checkpoint_fits(checkpoint: str | None, config: PreTrainedConfig) -> N
     (an Accelerate state of an older version) is not checked."""
     if checkpoint is None or not (Path(checkpoint) / CONFIG_NAME).is_file():
         return
-    saved_type = json.loads((Path(checkpoint) / CONFIG_NAME).read_text(encoding="utf-8")).get("model_type")
-    if saved_type != config.model_type:
-        differences = [f"model_type (checkpoint: {saved_type!r}, this run: {config.model_type!r})"]
+    saved_dict, _ = PreTrainedConfig.get_config_dict(checkpoint)
+    if saved_dict.get("model_type") != config.model_type:
+        differences = [f"model_type (checkpoint: {saved_dict.get('model_type')!r}, this run: {config.model_type!r})"]
     else:
-        saved = type(config).from_pretrained(checkpoint)
+        saved = type(config).from_dict(saved_dict)
         differences = [
             describe_difference(name, saved, config)
             for name in config.architecture_fields
