@@ -4,14 +4,16 @@
 pretrained checkpoint converted to it (`--model_name_or_path`), or a new model trained from scratch
 (`ModelSizeArguments`, or the config of `--config_name`). `load_or_train_tokenizer`
 (`load_pretrained_tokenizer`, `resumed_tokenizer`) gives the matching tokenizer, and
-`compute_length_ratio` the γ that centres hard-coded cross attention.
+`compute_length_ratio` (`resumed_length_ratio`) the γ that centres hard-coded cross attention.
 """
 
 import logging
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import transformers
 from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig, PreTrainedTokenizerBase
+from transformers.utils import CONFIG_NAME
 
 from .convert import (
     BERT_TARGETS,
@@ -57,6 +59,17 @@ def resumed_tokenizer(model_args: ModelArguments, checkpoint: str | None) -> Pre
     if model_args.model_name_or_path is None and model_args.tokenizer_name is None and checkpoint is not None:
         return AutoTokenizer.from_pretrained(checkpoint)
     return None
+
+
+def resumed_length_ratio(checkpoint: str | None) -> float | None:
+    """The γ `checkpoint` was trained with, which a resumed run keeps (hard-coded cross attention's centres must
+    not move mid-training, nor with the sample of the data γ is estimated on); None without a seq2seq config."""
+    if checkpoint is None or not (Path(checkpoint) / CONFIG_NAME).is_file():
+        return None
+    saved, _ = PreTrainedConfig.get_config_dict(checkpoint)
+    if saved.get("model_type") != SimpleAttnMarianConfig.model_type:
+        return None
+    return saved.get("length_ratio")
 
 
 def load_pretrained_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
@@ -292,5 +305,6 @@ __all__ = [
     "compute_length_ratio",
     "load_or_train_tokenizer",
     "load_pretrained_tokenizer",
+    "resumed_length_ratio",
     "resumed_tokenizer",
 ]

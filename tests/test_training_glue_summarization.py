@@ -686,3 +686,6 @@ def test_a_rerun_resumes_from_its_checkpoint_to_the_same_weights(script, run_glu
     with pytest.raises(ValueError, match=rf"this run: preset '{other}'; first difference: "):
         main(arguments + ["--output_dir", str(resumed), "--max_steps", "12", "--attention_preset", other])
     assert json.loads((resumed / "trainer_state.json").read_text())["global_step"] == 10
+    if script == "run_summarization":  # nor into another γ than its hard-coded cross attention was trained with
+        with pytest.raises(ValueError, match=r"; length_ratio \(checkpoint: [0-9.]+, this run: 2\.5\)\. "):
+            main(arguments + ["--output_dir", str(resumed), "--max_steps", "12", "--length_ratio", "2.5"])

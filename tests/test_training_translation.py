@@ -230,6 +230,42 @@ def test_a_rerun_that_builds_another_model_stops_before_touching_the_checkpoint(
     assert {path.name: path.read_bytes() for path in (output_dir / "checkpoint-2").iterdir()} == saved
 
 
+def test_a_resumed_run_keeps_the_length_ratio_its_checkpoint_was_trained_with(corpus, tmp_path):
+    """γ places hard-coded cross attention's centres: a resume must not re-estimate it from other training data,
+    and an explicit other `--length_ratio` is refused like another layout."""
+    output_dir = tmp_path / "run"
+    common = TINY_MODEL + TRAINER_ARGS + ["--do_train", "--save_steps", "1", "--attention_preset", "hc-all"]
+    common += ["--output_dir", str(output_dir)]
+    run_translation.main(data_args(corpus, "train") + common + ["--max_steps", "2"])
+    trained_ratio = read_json(output_dir / "checkpoint-2" / "config.json")["length_ratio"]
+
+    rows = [json.loads(line) for line in corpus["train"].read_text(encoding="utf-8").splitlines()]
+    doubled = tmp_path / "doubled.jsonl"  # sources twice as long: γ of this data is about twice the trained one
+    doubled.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "translation": {
+                        "en": f"{row['translation']['en']} {row['translation']['en']}",
+                        "de": row["translation"]["de"],
+                    }
+                }
+            )
+            + "\n"
+            for row in rows
+        ),
+        encoding="utf-8",
+    )
+    doubled_args = ["--source_lang", "en", "--target_lang", "de", "--train_file", str(doubled)]
+    run_translation.main(doubled_args + common + ["--max_steps", "3"])
+    assert read_json(output_dir / "checkpoint-3" / "config.json")["length_ratio"] == trained_ratio
+    assert read_json(output_dir / "config.json")["length_ratio"] == trained_ratio
+
+    with pytest.raises(ValueError, match=rf"; length_ratio \(checkpoint: {trained_ratio!r}, this run: 2\.5\)\. "):
+        run_translation.main(doubled_args + common + ["--max_steps", "4", "--length_ratio", "2.5"])
+    assert not (output_dir / "checkpoint-4").exists()
+
+
 def test_a_checkpoint_of_another_model_type_is_refused_and_one_without_a_config_is_not_checked(tmp_path):
     encoder = SimpleAttnBertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     encoder.save_pretrained(tmp_path / "encoder")

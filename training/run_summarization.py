@@ -48,6 +48,7 @@ from hf_simple_attn.model_setup import (
     compute_length_ratio,
     load_config,
     load_or_train_tokenizer,
+    resumed_length_ratio,
     resumed_tokenizer,
 )
 from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer
@@ -276,7 +277,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         model_args, size_args, data_args, raw_splits["train"], columns, checkpoint, show_progress(training_args)
     )
     language = set_language(tokenizer, data_args)
-    model = build_model(model_args, attention_args, size_args, data_args, tokenizer, raw_splits["train"], columns)
+    model = build_model(
+        model_args, attention_args, size_args, data_args, tokenizer, raw_splits["train"], columns, checkpoint
+    )
     check_checkpoint_fits(checkpoint, model.config)
     lengths = sequence_lengths(data_args, model)
     tokenized = preprocess(raw_splits, tokenizer, data_args, training_args, columns, column_names, lengths)
@@ -364,10 +367,15 @@ def set_language(tokenizer, data_args: DataTrainingArguments) -> str:
     return language
 
 
-def build_model(model_args, attention_args, size_args, data_args, tokenizer, raw_train, columns: tuple[str, str]):
-    """The model, with γ of the training data for hard-coded cross attention (a saved hf_simple_attn model keeps
-    its own; none when not training)."""
+def build_model(
+    model_args, attention_args, size_args, data_args, tokenizer, raw_train, columns: tuple[str, str], checkpoint
+):
+    """The model, with γ for hard-coded cross attention: `--length_ratio`, else the one of the `checkpoint` this
+    run resumes or of a saved hf_simple_attn model, else estimated from the training data (none when not
+    training)."""
     length_ratio = attention_args.length_ratio
+    if length_ratio is None:
+        length_ratio = resumed_length_ratio(checkpoint)
     if length_ratio is None and raw_train is not None and not is_hf_simple_attn_checkpoint(model_args):
         length_ratio = estimate_length_ratio(raw_train, columns, data_args.source_prefix or "", tokenizer)
         logger.info("length ratio γ (mean source / target tokens of the training data): %.3f", length_ratio)

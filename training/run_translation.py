@@ -100,7 +100,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         model_args, size_args, data_args, raw_splits["train"], checkpoint, show_progress(training_args)
     )
     model = translation_model(
-        model_args, attention_args, size_args, data_args, tokenizer, raw_splits["train"], training_args.seed
+        model_args,
+        attention_args,
+        size_args,
+        data_args,
+        tokenizer,
+        raw_splits["train"],
+        training_args.seed,
+        checkpoint,
     )
     check_checkpoint_fits(checkpoint, model.config)
     if model.config.decoder_start_token_id is None:

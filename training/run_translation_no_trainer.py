@@ -165,7 +165,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = tokenizer_for_run(
         model_args, size_args, data_args, train_raw, args.resume_from_checkpoint, accelerator.is_local_main_process
     )
-    model = translation_model(model_args, attention_args, size_args, data_args, tokenizer, train_raw, args.seed)
+    model = translation_model(
+        model_args, attention_args, size_args, data_args, tokenizer, train_raw, args.seed, args.resume_from_checkpoint
+    )
     check_checkpoint_fits(args.resume_from_checkpoint, model.config)
     if args.max_length is not None:
         model.generation_config.max_length = args.max_length

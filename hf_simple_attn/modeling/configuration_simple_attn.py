@@ -87,6 +87,7 @@ class SimpleAttnMarianConfig(MarianConfig):
         "scale_embedding",
         "share_encoder_decoder_embeddings",
         "tie_word_embeddings",
+        "length_ratio",
     )
 
     attention_layout: dict | None = None
