@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -415,6 +416,23 @@ def train(study: Study, run: Run) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+def report_failure(study: Study, run: Run, returncode: int, failures: int, retries: int) -> None:
+    """Log a run that failed (exit status `returncode`) or ended without its results, and whether it is retried."""
+    how = f"failed (exit {returncode})" if returncode != 0 else "ended without its results"
+    where = study.runs_dir / run.name / "train.log"
+    if failures > retries:
+        logger.error("%s %s: see %s", run.name, how, where)
+    else:
+        logger.warning(
+            "%s %s (see %s); starting it again from its last checkpoint, retry %d of %d",
+            run.name,
+            how,
+            where,
+            failures,
+            retries,
+        )
+
+
 def claim(study: Study, run: Run) -> FileLock | None:
     """The run's lock, held while this runner trains it; None when another runner (the same study started twice,
     from another shell or machine sharing the folder) holds it: two processes would write one run folder."""
@@ -724,16 +742,17 @@ def unanalysed_runs(study: Study) -> list[Run]:
     ]
 
 
-def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=None) -> list[Path]:
+def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=None, retries: int = 2) -> list[Path]:
     """Train every run of the study that has no result yet, `jobs` at a time; returns the result files written.
 
     `analyze(study, run, result_path)` is called on each main run with a result and no analysis yet (the papers'
     analyses). Options the task's script would refuse stop it before any run starts (`check_script_options`).
-    Interrupted, it stops its training processes; their checkpoints stay for the next start. A run that another
-    runner of the study is training (`claim`) is left to it; this one ends when only such runs remain.
+    A run that fails (or ends without its results) is started again from its last checkpoint, up to `retries`
+    times. Interrupted, it stops its training processes; their checkpoints stay for the next start. A run that
+    another runner of the study is training (`claim`) is left to it; this one ends when only such runs remain.
     """
     check_script_options(study)
-    written, running, failed, analysed = [], {}, set(), set()
+    written, running, failed, analysed, failures = [], {}, set(), set(), Counter()
     claims, elsewhere = {}, set()  # the locks of the runs this runner trains; runs another runner trains
     for name in study.baselines:
         path = write_baseline_result(study, name)
@@ -741,13 +760,15 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
             written.append(path)
     try:
         while True:
-            for name, process in list(running.items()):
+            for name, (run, process) in list(running.items()):
                 if process.poll() is not None:
                     del running[name]
                     claims.pop(name).release()
-                    if process.returncode != 0:
-                        failed.add(name)
-                        logger.error("%s failed (exit %d): see %s", name, process.returncode, study.runs_dir / name)
+                    if process.returncode != 0 or not run_finished(study, run):
+                        failures[name] += 1
+                        report_failure(study, run, process.returncode, failures[name], retries)
+                        if failures[name] > retries:
+                            failed.add(name)
             startable, collected = {}, False
             if analyze is not None and study.analyses:
                 for run in unanalysed_runs(study):
@@ -790,13 +811,13 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
                 claims[run.name] = lock
                 elsewhere.discard(run.name)
                 logger.info("training %s", run.name)
-                running[run.name] = train(study, run)
+                running[run.name] = (run, train(study, run))
             if not running and set(startable) <= elsewhere and not collected:
                 break
             if not collected:
                 time.sleep(poll_seconds)
     finally:
-        for process in running.values():
+        for _, process in running.values():
             process.terminate()
             process.wait()
         for lock in claims.values():

@@ -16,6 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("spec", help="the study's JSON spec, e.g. studies/mt-families.json")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each (default 2)")
     parser.add_argument("--no_analyses", action="store_true", help="skip the attention analyses of finished runs")
+    parser.add_argument(
+        "--retries", type=int, default=2, help="times a failed run is started again from its checkpoint (default 2)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(message)s", datefmt="%H:%M:%S", level=logging.INFO)
     try:
@@ -27,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         from hf_simple_attn.study_analysis import analyze_run as analyze
     # `kill` (SIGTERM) stops the training runs too; their checkpoints stay for the next start.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    written = run_study(study, jobs=args.jobs, analyze=analyze)
+    written = run_study(study, jobs=args.jobs, analyze=analyze, retries=args.retries)
     print(f"{study.name}: {len(written)} result file(s) written in {study.results_dir}")
     return 0
 

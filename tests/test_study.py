@@ -403,13 +403,63 @@ def test_a_run_another_runner_trains_is_left_to_it(tmp_path, monkeypatch, caplog
     monkeypatch.setattr("hf_simple_attn.study.train", train)
     caplog.set_level("INFO", logger="hf_simple_attn.study")
     with held_elsewhere, pytest.raises(RuntimeError, match=r"1 run\(s\) failed: \['hc-sa--seed1'\]"):
-        run_study(study, jobs=2, poll_seconds=0)
+        run_study(study, jobs=2, poll_seconds=0, retries=0)
     assert started == ["hc-sa--seed1"]
     messages = [record.getMessage() for record in caplog.records]
     assert "base--seed1 is being trained by another runner; its result is collected once it ends" in messages
     # released when its process ended: the next runner may train it
     with FileLock(study.runs_dir / "hc-sa--seed1.lock", timeout=0):
         pass
+
+
+def test_a_failed_run_is_started_again_up_to_the_retries_then_reported(tmp_path, monkeypatch, caplog):
+    """A run killed mid-way (a transient failure) continues from its checkpoint in the same invocation; one that
+    keeps failing, or ends without its results, is given up after `retries` restarts."""
+    study = load_study(write_spec(tmp_path))
+    started, collected = [], []
+
+    class EndedProcess:
+        def __init__(self, returncode):
+            self.returncode = returncode
+
+        def poll(self):
+            return self.returncode
+
+    def train(study, run):
+        started.append(run.name)
+        if run.preset == "hc-sa":  # exits 0 every time, but writes no results
+            return EndedProcess(0)
+        if started.count(run.name) == 1:  # base: killed the first time, finishes the second
+            return EndedProcess(-9)
+        run_dir = study.runs_dir / run.name
+        run_dir.mkdir(parents=True)
+        (run_dir / "all_results.json").write_text(json.dumps({"predict_runtime": 1.0}))
+        return EndedProcess(0)
+
+    def collect(study, run, sweep):
+        collected.append(run.name)
+        result = {"preset": run.preset, "seed": run.seed, "run": run.name, "validation": {}, "test": {}}
+        result_path(study, run).parent.mkdir(parents=True, exist_ok=True)
+        result_path(study, run).write_text(json.dumps(result))
+        return result
+
+    monkeypatch.setattr("hf_simple_attn.study.train", train)
+    monkeypatch.setattr("hf_simple_attn.study.collect", collect)
+    caplog.set_level("INFO", logger="hf_simple_attn.study")
+    with pytest.raises(RuntimeError, match=r"1 run\(s\) failed: \['hc-sa--seed1'\]"):
+        run_study(study, jobs=2, poll_seconds=0, retries=2)
+    assert sorted(started) == ["base--seed1"] * 2 + ["hc-sa--seed1"] * 3
+    assert collected == ["base--seed1"]
+    messages = [record.getMessage() for record in caplog.records]
+    base_log, hc_sa_log = (study.runs_dir / name / "train.log" for name in ("base--seed1", "hc-sa--seed1"))
+    assert (
+        f"base--seed1 failed (exit -9) (see {base_log}); starting it again from its last checkpoint, retry 1 of 2"
+    ) in messages
+    assert (
+        f"hc-sa--seed1 ended without its results (see {hc_sa_log}); starting it again from its last checkpoint, "
+        "retry 2 of 2"
+    ) in messages
+    assert messages[-1] == f"hc-sa--seed1 ended without its results: see {hc_sa_log}"
 
 
 @pytest.mark.parametrize(
