@@ -4,7 +4,7 @@
 pretrained checkpoint converted to it (`--model_name_or_path`), or a new model trained from scratch
 (`ModelSizeArguments`, or the config of `--config_name`). `load_or_train_tokenizer`
 (`load_pretrained_tokenizer`, `resumed_tokenizer`) gives the matching tokenizer, and
-`compute_length_ratio` (`resumed_length_ratio`) the γ that centres hard-coded cross attention.
+`compute_length_ratio` (`kept_length_ratio`) the γ that centres hard-coded cross attention.
 """
 
 import logging
@@ -61,15 +61,19 @@ def resumed_tokenizer(model_args: ModelArguments, checkpoint: str | None) -> Pre
     return None
 
 
-def resumed_length_ratio(checkpoint: str | None) -> float | None:
-    """The γ `checkpoint` was trained with, which a resumed run keeps (hard-coded cross attention's centres must
-    not move mid-training, nor with the sample of the data γ is estimated on); None without a seq2seq config."""
-    if checkpoint is None or not (Path(checkpoint) / CONFIG_NAME).is_file():
-        return None
-    saved, _ = PreTrainedConfig.get_config_dict(checkpoint)
-    if saved.get("model_type") != SimpleAttnMarianConfig.model_type:
-        return None
-    return saved.get("length_ratio")
+def kept_length_ratio(model_args: ModelArguments, checkpoint: str | None) -> float | None:
+    """The γ a run keeps instead of estimating it from its training data: that of the `checkpoint` it resumes, else
+    of the saved hf_simple_attn model it continues (`--model_name_or_path`); None for any other run. Hard-coded cross
+    attention's centres must not move under weights trained with them."""
+    if checkpoint is not None and (Path(checkpoint) / CONFIG_NAME).is_file():
+        saved, _ = PreTrainedConfig.get_config_dict(checkpoint)
+        if saved.get("model_type") == SimpleAttnMarianConfig.model_type:
+            return saved.get("length_ratio")
+    if model_args.model_name_or_path is not None:
+        config = checkpoint_config(model_args)
+        if isinstance(config, SimpleAttnMarianConfig):
+            return config.length_ratio
+    return None
 
 
 def load_pretrained_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
@@ -218,8 +222,8 @@ def build_seq2seq_model(
 
 
 def pretrained_seq2seq_model(model_args, attention_args, layout: dict | None, ratio: dict) -> SimpleAttnMarianMTModel:
-    """`--model_name_or_path` as a SimpleAttnMarianMTModel: a saved one as it is (its γ replaced by `ratio`),
-    anything else converted to the preset and layout."""
+    """`--model_name_or_path` as a SimpleAttnMarianMTModel: a saved one as it is (its γ replaced by `ratio` when
+    given), anything else converted to the preset and layout."""
     path = model_args.model_name_or_path
     config = checkpoint_config(model_args)
     if isinstance(config, SimpleAttnMarianConfig):
@@ -303,8 +307,8 @@ __all__ = [
     "build_encoder_model",
     "build_seq2seq_model",
     "compute_length_ratio",
+    "kept_length_ratio",
     "load_or_train_tokenizer",
     "load_pretrained_tokenizer",
-    "resumed_length_ratio",
     "resumed_tokenizer",
 ]

@@ -29,8 +29,8 @@ from .data.files import reference_file
 from .model_setup import (
     build_seq2seq_model,
     compute_length_ratio,
+    kept_length_ratio,
     load_or_train_tokenizer,
-    resumed_length_ratio,
     resumed_tokenizer,
 )
 from .training_args import ModelArguments
@@ -291,11 +291,11 @@ def translation_model(
     model_args, attention_args, size_args, data_args, tokenizer, train_dataset, seed: int, checkpoint: str | None
 ):
     """The model for this run, with the generation settings evaluation uses and the checkpoint keeps (so the
-    pipeline decodes the same way). γ: `--length_ratio`, else the one of the `checkpoint` this run resumes, else
-    estimated from `train_dataset` (None: not training)."""
+    pipeline decodes the same way). γ: `--length_ratio`, else that of the `checkpoint` this run resumes or the
+    saved model it continues (`kept_length_ratio`), else estimated from `train_dataset` (None: not training)."""
     length_ratio = attention_args.length_ratio
     if length_ratio is None:
-        length_ratio = resumed_length_ratio(checkpoint)
+        length_ratio = kept_length_ratio(model_args, checkpoint)
     if length_ratio is None and train_dataset is not None:
         length_ratio = estimate_length_ratio(train_dataset, data_args, tokenizer, seed)
         logger.info(f"Length ratio γ of the training data (source / target tokens): {length_ratio:.4f}")

@@ -230,9 +230,10 @@ def test_a_rerun_that_builds_another_model_stops_before_touching_the_checkpoint(
     assert {path.name: path.read_bytes() for path in (output_dir / "checkpoint-2").iterdir()} == saved
 
 
-def test_a_resumed_run_keeps_the_length_ratio_its_checkpoint_was_trained_with(corpus, tmp_path):
-    """γ places hard-coded cross attention's centres: a resume must not re-estimate it from other training data,
-    and an explicit other `--length_ratio` is refused like another layout."""
+def test_a_resumed_or_continued_model_keeps_the_length_ratio_it_was_trained_with(corpus, tmp_path):
+    """γ places hard-coded cross attention's centres: a resume, or a saved model trained further
+    (`--model_name_or_path`), must not re-estimate it from other training data, and an explicit other
+    `--length_ratio` is refused on resume like another layout."""
     output_dir = tmp_path / "run"
     common = TINY_MODEL + TRAINER_ARGS + ["--do_train", "--save_steps", "1", "--attention_preset", "hc-all"]
     common += ["--output_dir", str(output_dir)]
@@ -264,6 +265,19 @@ def test_a_resumed_run_keeps_the_length_ratio_its_checkpoint_was_trained_with(co
     with pytest.raises(ValueError, match=rf"; length_ratio \(checkpoint: {trained_ratio!r}, this run: 2\.5\)\. "):
         run_translation.main(doubled_args + common + ["--max_steps", "4", "--length_ratio", "2.5"])
     assert not (output_dir / "checkpoint-4").exists()
+
+    continued = tmp_path / "continued"
+    continued_args = ["--model_name_or_path", str(output_dir), "--output_dir", str(continued), "--max_steps", "1"]
+    run_translation.main(doubled_args + TRAINER_ARGS + ["--do_train"] + continued_args)
+    assert read_json(continued / "config.json")["length_ratio"] == trained_ratio
+    run_translation.main(
+        doubled_args
+        + TRAINER_ARGS
+        + ["--do_train", "--length_ratio", "2.5"]
+        + continued_args[:2]
+        + ["--output_dir", str(tmp_path / "given"), "--max_steps", "1"]
+    )
+    assert read_json(tmp_path / "given" / "config.json")["length_ratio"] == 2.5
 
 
 def test_a_checkpoint_of_another_model_type_is_refused_and_one_without_a_config_is_not_checked(tmp_path):

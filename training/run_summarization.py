@@ -37,7 +37,6 @@ import numpy as np
 from datasets import DatasetDict, load_dataset
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, set_seed
 
-from hf_simple_attn import SimpleAttnMarianConfig
 from hf_simple_attn.data import build_debian_summarization, data_file_columns, data_files_by_split, load_data_files
 from hf_simple_attn.data.files import reference_file
 from hf_simple_attn.hub import publish_checkpoint
@@ -46,9 +45,8 @@ from hf_simple_attn.model_setup import (
     build_seq2seq_model,
     check_trained_from_scratch,
     compute_length_ratio,
-    load_config,
+    kept_length_ratio,
     load_or_train_tokenizer,
-    resumed_length_ratio,
     resumed_tokenizer,
 )
 from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer
@@ -205,12 +203,6 @@ def text_and_summary_columns(data_args: DataTrainingArguments, column_names: lis
 def split_sentences(text: str) -> str:
     """One sentence per line (a split after . ! ?), which ROUGE-Lsum needs."""
     return "\n".join(sentence for sentence in SENTENCE_END.split(text.strip()) if sentence)
-
-
-def is_hf_simple_attn_checkpoint(model_args: ModelArguments) -> bool:
-    if model_args.model_name_or_path is None:
-        return False
-    return isinstance(load_config(model_args.model_name_or_path, model_args), SimpleAttnMarianConfig)
 
 
 def dataset_description(data_args: DataTrainingArguments) -> str:
@@ -370,13 +362,13 @@ def set_language(tokenizer, data_args: DataTrainingArguments) -> str:
 def build_model(
     model_args, attention_args, size_args, data_args, tokenizer, raw_train, columns: tuple[str, str], checkpoint
 ):
-    """The model, with γ for hard-coded cross attention: `--length_ratio`, else the one of the `checkpoint` this
-    run resumes or of a saved hf_simple_attn model, else estimated from the training data (none when not
-    training)."""
+    """The model, with γ for hard-coded cross attention: `--length_ratio`, else that of the `checkpoint` this run
+    resumes or the saved model it continues (`kept_length_ratio`), else estimated from the training data (none
+    when not training)."""
     length_ratio = attention_args.length_ratio
     if length_ratio is None:
-        length_ratio = resumed_length_ratio(checkpoint)
-    if length_ratio is None and raw_train is not None and not is_hf_simple_attn_checkpoint(model_args):
+        length_ratio = kept_length_ratio(model_args, checkpoint)
+    if length_ratio is None and raw_train is not None:
         length_ratio = estimate_length_ratio(raw_train, columns, data_args.source_prefix or "", tokenizer)
         logger.info("length ratio γ (mean source / target tokens of the training data): %.3f", length_ratio)
     model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
