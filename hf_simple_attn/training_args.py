@@ -106,7 +106,22 @@ def checkpoint_to_resume(training_args) -> str | None:
     last_checkpoint = last_complete_checkpoint(training_args.output_dir)
     if last_checkpoint is not None:
         logger.info("Checkpoint detected, resuming at %s; use a new --output_dir to start over", last_checkpoint)
+    else:
+        check_no_trained_model(training_args.output_dir)
     return last_checkpoint
+
+
+def check_no_trained_model(output_dir: str | os.PathLike) -> None:
+    """Stop a run that would train afresh into an `output_dir` holding a trained model and no checkpoint of it to
+    resume: the run's final save would overwrite that model."""
+    folder = Path(output_dir)
+    weights = sorted(path.name for path in folder.glob("*.safetensors"))
+    if (folder / CONFIG_NAME).is_file() and weights:
+        raise ValueError(
+            f"--output_dir {output_dir} holds a trained model ({CONFIG_NAME}, {', '.join(weights)}) and no checkpoint "
+            "to resume: training afresh would overwrite it. Give a new --output_dir (to train this model further, "
+            "pass its folder as --model_name_or_path), or remove the folder to start over."
+        )
 
 
 def check_checkpoint_fits(checkpoint: str | None, config: PreTrainedConfig) -> None:
@@ -304,6 +319,7 @@ __all__ = [
     "ModelSizeArguments",
     "checkpoint_to_resume",
     "check_checkpoint_fits",
+    "check_no_trained_model",
     "parse_attention_layout",
     "parse_script_arguments",
     "prepare_hub_push",

@@ -280,6 +280,30 @@ def test_a_resumed_or_continued_model_keeps_the_length_ratio_it_was_trained_with
     assert read_json(tmp_path / "given" / "config.json")["length_ratio"] == 2.5
 
 
+def test_a_run_never_trains_afresh_over_a_trained_model_in_its_output_dir(corpus, tmp_path):
+    """A finished run without checkpoints left (or another model saved there): training again into the folder would
+    overwrite the model at its final save, so both scripts stop before training and nothing in it changes."""
+    trainer_dir, loop_dir = tmp_path / "trainer", tmp_path / "loop"
+    common = data_args(corpus, "train", "validation") + TINY_MODEL
+    trainer_args = common + TRAINER_ARGS + ["--do_train", "--max_steps", "1", "--save_strategy", "no"]
+    loop_args = common + LOOP_ARGS + ["--max_train_steps", "1"]
+    run_translation.main(trainer_args + ["--output_dir", str(trainer_dir)])
+    run_translation_no_trainer.main(loop_args + ["--output_dir", str(loop_dir)])
+    for folder, main, arguments in (
+        (trainer_dir, run_translation.main, trainer_args),
+        (loop_dir, run_translation_no_trainer.main, loop_args),
+    ):
+        saved = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+        with pytest.raises(ValueError) as failure:
+            main(arguments + ["--output_dir", str(folder)])
+        assert str(failure.value) == (
+            f"--output_dir {folder} holds a trained model (config.json, model.safetensors) and no checkpoint to "
+            "resume: training afresh would overwrite it. Give a new --output_dir (to train this model further, pass "
+            "its folder as --model_name_or_path), or remove the folder to start over."
+        )
+        assert {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()} == saved
+
+
 def test_a_checkpoint_of_another_model_type_is_refused_and_one_without_a_config_is_not_checked(tmp_path):
     encoder = SimpleAttnBertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     encoder.save_pretrained(tmp_path / "encoder")

@@ -43,6 +43,7 @@ from hf_simple_attn.training_args import (
     ModelArguments,
     ModelSizeArguments,
     check_checkpoint_fits,
+    check_no_trained_model,
     parse_script_arguments,
 )
 from hf_simple_attn.translation_task import (
@@ -155,6 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, attention_args, size_args, args = parse_script_arguments(SCRIPT_ARGUMENTS, argv)
     # The Hub token stays in this variable, out of `args`, as in the Trainer scripts (which save their arguments).
     hub_token, args.hub_token = args.hub_token, None
+    if args.resume_from_checkpoint is None:
+        check_no_trained_model(args.output_dir)
     if args.push_to_hub:  # before any training: a repository that cannot be created stops the script now
         args.hub_model_id = prepare_push(
             args.output_dir, args.hub_model_id, token=hub_token, private=args.hub_private_repo
