@@ -4,7 +4,7 @@
 pretrained checkpoint converted to it (`--model_name_or_path`), or a new model trained from scratch
 (`ModelSizeArguments`, or the config of `--config_name`). `load_or_train_tokenizer`
 (`load_pretrained_tokenizer`, `resumed_tokenizer`) gives the matching tokenizer, and
-`compute_length_ratio` (`kept_length_ratio`) the γ that centres hard-coded cross attention.
+`length_ratio_for_run` (`compute_length_ratio`) the γ that centres hard-coded cross attention.
 """
 
 import logging
@@ -61,10 +61,27 @@ def resumed_tokenizer(model_args: ModelArguments, checkpoint: str | None) -> Pre
     return None
 
 
-def kept_length_ratio(model_args: ModelArguments, checkpoint: str | None) -> float | None:
-    """The γ a run keeps instead of estimating it from its training data: that of the `checkpoint` it resumes, else
-    of the saved hf_simple_attn model it continues (`--model_name_or_path`); None for any other run. Hard-coded cross
-    attention's centres must not move under weights trained with them."""
+def length_ratio_for_run(
+    attention_args: AttentionArguments,
+    model_args: ModelArguments,
+    checkpoint: str | None,
+    estimate: Callable[[], float] | None,
+) -> float | None:
+    """γ for hard-coded cross attention: `--length_ratio`, else the one the model was trained with
+    (`trained_length_ratio`), else `estimate()` on the training data (None when not training: keep the config's)."""
+    if attention_args.length_ratio is not None:
+        return attention_args.length_ratio
+    length_ratio = trained_length_ratio(model_args, checkpoint)
+    if length_ratio is None and estimate is not None:
+        length_ratio = estimate()
+        logger.info("Length ratio γ of the training data (source / target tokens): %.4f", length_ratio)
+    return length_ratio
+
+
+def trained_length_ratio(model_args: ModelArguments, checkpoint: str | None) -> float | None:
+    """The γ of the `checkpoint` a run resumes, else of the saved hf_simple_attn model it continues
+    (`--model_name_or_path`); None for any other run. Hard-coded cross attention's centres must not move under
+    weights trained with them (nor with the data a resumed run is given)."""
     if checkpoint is not None and (Path(checkpoint) / CONFIG_NAME).is_file():
         saved, _ = PreTrainedConfig.get_config_dict(checkpoint)
         if saved.get("model_type") == SimpleAttnMarianConfig.model_type:
@@ -307,7 +324,7 @@ __all__ = [
     "build_encoder_model",
     "build_seq2seq_model",
     "compute_length_ratio",
-    "kept_length_ratio",
+    "length_ratio_for_run",
     "load_or_train_tokenizer",
     "load_pretrained_tokenizer",
     "resumed_tokenizer",

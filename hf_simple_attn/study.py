@@ -423,14 +423,8 @@ def report_failure(study: Study, run: Run, returncode: int, failures: int, retri
     if failures > retries:
         logger.error("%s %s: see %s", run.name, how, where)
     else:
-        logger.warning(
-            "%s %s (see %s); starting it again from its last checkpoint, retry %d of %d",
-            run.name,
-            how,
-            where,
-            failures,
-            retries,
-        )
+        retry = f"retry {failures} of {retries}"
+        logger.warning("%s %s (see %s); starting it again from its last checkpoint, %s", run.name, how, where, retry)
 
 
 def claim(study: Study, run: Run) -> FileLock | None:
@@ -752,7 +746,7 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
     another runner of the study is training (`claim`) is left to it; this one ends when only such runs remain.
     """
     check_script_options(study)
-    written, running, failed, analysed, failures = [], {}, set(), set(), Counter()
+    written, running, analysed, failures = [], {}, set(), Counter()
     claims, elsewhere = {}, set()  # the locks of the runs this runner trains; runs another runner trains
     for name in study.baselines:
         path = write_baseline_result(study, name)
@@ -767,8 +761,6 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
                     if process.returncode != 0 or not run_finished(study, run):
                         failures[name] += 1
                         report_failure(study, run, process.returncode, failures[name], retries)
-                        if failures[name] > retries:
-                            failed.add(name)
             startable, collected = {}, False
             if analyze is not None and study.analyses:
                 for run in unanalysed_runs(study):
@@ -795,7 +787,7 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
                     )
                     written.append(path)
                     collected = True
-                elif run.name not in failed:
+                elif failures[run.name] <= retries:
                     startable[run.name] = run
             for run in startable.values():
                 if len(running) >= jobs:
@@ -822,6 +814,7 @@ def run_study(study: Study, jobs: int = 2, poll_seconds: float = 5.0, analyze=No
             process.wait()
         for lock in claims.values():
             lock.release()
+    failed = sorted(name for name, count in failures.items() if count > retries)
     if failed:
-        raise RuntimeError(f"{len(failed)} run(s) failed: {sorted(failed)}")
+        raise RuntimeError(f"{len(failed)} run(s) failed: {failed}")
     return written

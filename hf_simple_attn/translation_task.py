@@ -11,6 +11,7 @@ and score alike (`TranslationScorer`: SacreBLEU BLEU and chrF against the raw re
 
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from datasets import DatasetDict, load_dataset
@@ -29,7 +30,7 @@ from .data.files import reference_file
 from .model_setup import (
     build_seq2seq_model,
     compute_length_ratio,
-    kept_length_ratio,
+    length_ratio_for_run,
     load_or_train_tokenizer,
     resumed_tokenizer,
 )
@@ -292,13 +293,11 @@ def translation_model(
 ):
     """The model for this run, with the generation settings evaluation uses and the checkpoint keeps (so the
     pipeline decodes the same way). γ: `--length_ratio`, else that of the `checkpoint` this run resumes or the
-    saved model it continues (`kept_length_ratio`), else estimated from `train_dataset` (None: not training)."""
-    length_ratio = attention_args.length_ratio
-    if length_ratio is None:
-        length_ratio = kept_length_ratio(model_args, checkpoint)
-    if length_ratio is None and train_dataset is not None:
-        length_ratio = estimate_length_ratio(train_dataset, data_args, tokenizer, seed)
-        logger.info(f"Length ratio γ of the training data (source / target tokens): {length_ratio:.4f}")
+    saved model it continues, else estimated from `train_dataset` (None: not training): `length_ratio_for_run`."""
+    estimate = (
+        None if train_dataset is None else partial(estimate_length_ratio, train_dataset, data_args, tokenizer, seed)
+    )
+    length_ratio = length_ratio_for_run(attention_args, model_args, checkpoint, estimate)
     model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))

@@ -31,6 +31,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ from hf_simple_attn.model_setup import (
     build_seq2seq_model,
     check_trained_from_scratch,
     compute_length_ratio,
-    kept_length_ratio,
+    length_ratio_for_run,
     load_or_train_tokenizer,
     resumed_tokenizer,
 )
@@ -363,14 +364,11 @@ def build_model(
     model_args, attention_args, size_args, data_args, tokenizer, raw_train, columns: tuple[str, str], checkpoint
 ):
     """The model, with γ for hard-coded cross attention: `--length_ratio`, else that of the `checkpoint` this run
-    resumes or the saved model it continues (`kept_length_ratio`), else estimated from the training data (none
-    when not training)."""
-    length_ratio = attention_args.length_ratio
-    if length_ratio is None:
-        length_ratio = kept_length_ratio(model_args, checkpoint)
-    if length_ratio is None and raw_train is not None:
-        length_ratio = estimate_length_ratio(raw_train, columns, data_args.source_prefix or "", tokenizer)
-        logger.info("length ratio γ (mean source / target tokens of the training data): %.3f", length_ratio)
+    resumes or the saved model it continues, else estimated from the training data (none when not training):
+    `length_ratio_for_run`."""
+    prefix = data_args.source_prefix or ""
+    estimate = None if raw_train is None else partial(estimate_length_ratio, raw_train, columns, prefix, tokenizer)
+    length_ratio = length_ratio_for_run(attention_args, model_args, checkpoint, estimate)
     model = build_seq2seq_model(model_args, attention_args, size_args, tokenizer, length_ratio)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
