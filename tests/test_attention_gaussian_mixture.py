@@ -42,7 +42,7 @@ def fix_output(network, raw_output):
 
 def context_for(key_padding_mask, query_length):
     return AttentionContext(
-        key_padding_mask=key_padding_mask, query_positions=torch.arange(query_length), is_causal=False
+        key_padding_mask=key_padding_mask, query_start=0, query_length=query_length, is_causal=False
     )
 
 
@@ -159,11 +159,11 @@ def test_synthesis_network_by_hand():
     value = torch.randn(1, 1, 4, HEAD_DIM)
     state = {}
     for position in range(3):
-        step = AttentionContext(None, torch.tensor([position]), False, decoding_state=state)
+        step = AttentionContext(None, position, 1, False, decoding_state=state)
         _, step_weights = heads(query[:, :, position : position + 1], query, value, step, output_attentions=True)
         torch.testing.assert_close(step_weights[0, 0, 0], weights[0, 0, position])
     with pytest.raises(RuntimeError, match="needs the cache that holds the running sum"):
-        later = AttentionContext(key_padding_mask=None, query_positions=torch.tensor([3]), is_causal=False)
+        later = AttentionContext(key_padding_mask=None, query_start=3, query_length=1, is_causal=False)
         heads(query[:, :, :1], query[:, :, :1], value, later)
 
 

@@ -18,8 +18,8 @@ def hard_heads(num_heads, head_dim, training):
     return heads.train(training)
 
 
-def context(query_positions, is_causal=False, key_padding_mask=None):
-    return AttentionContext(key_padding_mask=key_padding_mask, query_positions=query_positions, is_causal=is_causal)
+def context(query_length, is_causal=False, key_padding_mask=None):
+    return AttentionContext(key_padding_mask, query_start=0, query_length=query_length, is_causal=is_causal)
 
 
 # Hand example, head_dim 1: queries (1, -1), keys (-2, 0.5, 3, 5), key 3 is padding.
@@ -32,13 +32,13 @@ PADDING = torch.tensor([[True, True, True, False]])
 
 def test_inference_retrieves_the_value_of_the_best_allowed_key():
     heads = hard_heads(1, 1, training=False)
-    output, weights = heads(QUERY, KEY, VALUE[..., :1], context(torch.arange(2), key_padding_mask=PADDING), True)
+    output, weights = heads(QUERY, KEY, VALUE[..., :1], context(2, key_padding_mask=PADDING), True)
     torch.testing.assert_close(output[0, 0], torch.tensor([[30.0], [10.0]]))
     torch.testing.assert_close(weights[0, 0], torch.tensor([[0.0, 0, 1, 0], [1, 0, 0, 0]]))
     # Without padding query 1 takes key 3; causally (positions 0, 1) query 0 sees key 0 only, query 1 keys 0-1.
-    output, _ = heads(QUERY, KEY, VALUE[..., :1], context(torch.arange(2)))
+    output, _ = heads(QUERY, KEY, VALUE[..., :1], context(2))
     torch.testing.assert_close(output[0, 0], torch.tensor([[40.0], [10.0]]))
-    output, _ = heads(QUERY, KEY, VALUE[..., :1], context(torch.arange(2), is_causal=True))
+    output, _ = heads(QUERY, KEY, VALUE[..., :1], context(2, is_causal=True))
     torch.testing.assert_close(output[0, 0], torch.tensor([[10.0], [10.0]]))
 
 
@@ -46,8 +46,8 @@ def test_inference_is_argmax_of_scores_and_deterministic():
     torch.manual_seed(0)
     heads = hard_heads(3, 4, training=False)
     query, key, value = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 4)
-    first, weights = heads(query, key, value, context(torch.arange(5)), True)
-    second, _ = heads(query, key, value, context(torch.arange(5)), True)
+    first, weights = heads(query, key, value, context(5), True)
+    second, _ = heads(query, key, value, context(5), True)
     assert torch.equal(first, second)
     index = (query @ key.transpose(-1, -2)).argmax(-1)
     assert torch.equal(first, torch.gather(value, 2, index[..., None].expand(-1, -1, -1, 4)))
@@ -57,7 +57,7 @@ def test_inference_is_argmax_of_scores_and_deterministic():
 def test_query_without_any_allowed_key_gets_zero():
     heads = hard_heads(1, 1, training=True)
     padding = torch.tensor([[False, False, False, False]])
-    output, weights = heads(QUERY, KEY, VALUE[..., :1], context(torch.arange(2), key_padding_mask=padding), True)
+    output, weights = heads(QUERY, KEY, VALUE[..., :1], context(2, key_padding_mask=padding), True)
     assert torch.equal(output, torch.zeros_like(output)) and torch.equal(weights, torch.zeros_like(weights))
 
 
@@ -68,7 +68,7 @@ def test_training_never_samples_masked_keys_and_follows_softmax():
     padding = torch.ones(batch, length, dtype=torch.bool)
     padding[:, 3] = False
     torch.manual_seed(0)
-    _, weights = heads(zeros, zeros, zeros, context(torch.arange(length), True, padding), True)
+    _, weights = heads(zeros, zeros, zeros, context(length, True, padding), True)
     # Query i sees keys 0..min(i, 2): 1, 2, 3, 3 choices.
     allowed = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 0]], dtype=torch.bool)
     assert (weights[:, :, ~allowed] == 0).all()
@@ -86,7 +86,7 @@ def test_straight_through_gradients_match_the_papers_formulas():
     value = torch.randn(1, 2, 5, 3, requires_grad=True)
     grad_output = torch.randn(1, 2, 4, 3)
     padding = torch.tensor([[True, True, True, True, False]])
-    output, one_hot = heads(query, key, value, context(torch.arange(4), key_padding_mask=padding), True)
+    output, one_hot = heads(query, key, value, context(4, key_padding_mask=padding), True)
     (output * grad_output).sum().backward()
     torch.testing.assert_close(output, one_hot @ value)
 

@@ -51,9 +51,7 @@ def local_heads(site="encoder_self", head_dim=1, **options):
 
 
 def context(length, is_causal=False, key_padding_mask=None):
-    return AttentionContext(
-        key_padding_mask=key_padding_mask, query_positions=torch.arange(length), is_causal=is_causal
-    )
+    return AttentionContext(key_padding_mask=key_padding_mask, query_start=0, query_length=length, is_causal=is_causal)
 
 
 # Hand example: head_dim 1, every query q = 1, keys k = (0, ln 2, ln 3), so every row of
@@ -125,7 +123,7 @@ def test_decoder_masks_combine_with_causality():
 
 def test_cached_queries_use_their_absolute_positions():
     heads = local_heads(site="decoder_self", num_heads=2, masks=["prev-1", "identity"], query_key_sets=1)
-    step = AttentionContext(key_padding_mask=None, query_positions=torch.tensor([2]), is_causal=True)
+    step = AttentionContext(key_padding_mask=None, query_start=2, query_length=1, is_causal=True)
     _, weights = heads(QUERY[:, :, :1], KEY, VALUE.expand(1, 2, 3, 1), step, output_attentions=True)
     torch.testing.assert_close(weights[0, :, 0], torch.tensor([[0, 2 / 6, 0], [0, 0, 3 / 6]]))
 
@@ -278,7 +276,7 @@ def test_uneven_head_counts_give_near_equal_contiguous_sets():
     heads = local_heads(num_heads=5, masks=["global"], heads_per_query_key_set=2, head_dim=2)
     assert heads.spec["query_key_sets"] == 3 and heads.heads_per_set == [2, 2, 1]
     query, key = torch.randn(1, 3, 4, 2), torch.randn(1, 3, 4, 2)
-    context = AttentionContext(None, torch.arange(4), False)
+    context = AttentionContext(None, 0, 4, False)
     _, weights = heads(query, key, torch.randn(1, 5, 4, 2), context, output_attentions=True)
     expected = torch.softmax(query @ key.transpose(-1, -2) / 2**0.5, dim=-1)
     torch.testing.assert_close(weights, expected[:, [0, 0, 1, 1, 2]])

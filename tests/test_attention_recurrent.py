@@ -134,17 +134,17 @@ def test_synthesizer_softmax_over_allowed_keys_by_hand(tiny_marian_kwargs):
     with torch.no_grad():
         heads.logits.copy_(torch.tensor([[[0.0, 5.0, 5.0], [1.0, 0.0, 9.0], [0.0, math.log(2.0), math.log(3.0)]]]))
     value = torch.tensor([10.0, 20.0, 30.0]).view(1, 1, 3, 1)
-    causal = AttentionContext(None, torch.arange(3), is_causal=True)
+    causal = AttentionContext(None, 0, 3, is_causal=True)
     output, weights = heads(None, None, value, causal, output_attentions=True)
     # causal rows: [1, 0, 0]; softmax(1, 0) = (e/(e+1), 1/(e+1)) = (0.731059, 0.268941); (1, 2, 3)/6
     expected = torch.tensor([[1.0, 0.0, 0.0], [0.731059, 0.268941, 0.0], [1 / 6, 2 / 6, 3 / 6]])
     torch.testing.assert_close(weights[0, 0], expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(output[0, 0, :, 0], expected @ torch.tensor([10.0, 20.0, 30.0]), atol=1e-5, rtol=0)
     # a cached step at position 2 with 3 keys reads row 2
-    step = AttentionContext(None, torch.tensor([2]), is_causal=True)
+    step = AttentionContext(None, 2, 1, is_causal=True)
     torch.testing.assert_close(heads(None, None, value, step, output_attentions=True)[1][0, 0, 0], expected[2])
     # a padded last key: row 2 renormalises over the real keys, softmax(0, log 2) = (1/3, 2/3)
-    padded = AttentionContext(torch.tensor([[True, True, False]]), torch.arange(3), is_causal=True)
+    padded = AttentionContext(torch.tensor([[True, True, False]]), 0, 3, is_causal=True)
     torch.testing.assert_close(
         heads(None, None, value, padded, output_attentions=True)[1][0, 0, 2],
         torch.tensor([1 / 3, 2 / 3, 0.0]),

@@ -515,7 +515,7 @@ def test_trainer_fine_tunes_band2_minilm_on_sentiment(minilm, tmp_path):
     arguments = TrainingArguments(
         output_dir=str(tmp_path / "run"),
         per_device_train_batch_size=4,
-        num_train_epochs=4,
+        num_train_epochs=8,  # at 4 epochs the result hung on the dropout masks drawn: 0.44 to 0.69 over seeds
         learning_rate=4e-4,
         save_strategy="no",
         report_to=[],
@@ -526,4 +526,4 @@ def test_trainer_fine_tunes_band2_minilm_on_sentiment(minilm, tmp_path):
     )
     Trainer(model=model, args=arguments, train_dataset=dataset, data_collator=collator).train()
     after = training_loss()
-    assert after < before - 0.1, (before, after)  # 0.693 -> 0.467 when written
+    assert after < before - 0.3, (before, after)  # 0.693 -> 0.021 (0.003 to 0.05 over seeds 0-2)

@@ -7,7 +7,7 @@ import torch
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig
 from hf_simple_attn.modeling import attention_hard_coded
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
-from hf_simple_attn.modeling.attention_hard_coded import HardCodedGaussianHeads, gaussian_radius, shifted_sum
+from hf_simple_attn.modeling.attention_hard_coded import HardCodedGaussianHeads, depthwise_convolution, gaussian_radius
 from hf_simple_attn.modeling.attention_local import LocalMaskHeads
 from hf_simple_attn.modeling.attention_registry import AttentionContext
 from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer
@@ -48,7 +48,7 @@ LAYOUTS = {
         "cross": {"kind": "hard_coded", "centre": "continuous", "window": 3},
     },
 }
-# Long enough for the shifted-sum path (4 × taps <= length): 11 encoder taps, 7 causal decoder taps at σ = 1.
+# Long enough for the convolution path (4 × taps <= length): 11 encoder taps, 7 causal decoder taps at σ = 1.
 SOURCE_LENGTH, TARGET_LENGTH = 48, 30
 
 
@@ -84,12 +84,24 @@ def test_gaussian_radius_drops_less_than_half_an_ulp():
     assert gaussian_radius(2.0, torch.float32) == 11
 
 
-def test_shifted_sum_is_a_convolution_by_hand():
-    value = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(1, 1, 4, 1)
-    kernel = torch.tensor([[0.5, 1.0, 0.25]])  # distances -1, 0, +1
+def test_depthwise_convolution_by_hand():
+    # two heads of one channel each: head 0 at distances -1, 0, +1; head 1 at +1, +2, +3 (all after the query)
+    value = torch.tensor([[1.0, 2.0, 3.0, 4.0], [1.0, 10.0, 100.0, 1000.0]]).view(1, 2, 4, 1)
     # out[i] = 0.5·v[i-1] + v[i] + 0.25·v[i+1], zero outside: [0+1+0.5, 0.5+2+0.75, 1+3+1, 1.5+4+0]
-    output = shifted_sum(value, kernel, first_distance=-1, taps=[0, 1, 2])
+    kernel = torch.tensor([[0.5, 1.0, 0.25]]).view(1, 1, 3)
+    output = depthwise_convolution(value[:, :1], kernel, first_distance=-1)
     assert output.flatten().tolist() == [1.5, 3.25, 5.0, 5.5]
+    # out[i] = v[i+1] + v[i+2] + v[i+3]: [1110, 1100, 1000, 0]
+    output = depthwise_convolution(value[:, 1:], torch.ones(1, 1, 3), first_distance=1)
+    assert output.flatten().tolist() == [1110.0, 1100.0, 1000.0, 0.0]
+    # both heads at once, each with its own kernel; two channels per head take the head's kernel
+    both = depthwise_convolution(
+        value.expand(1, 2, 4, 2),
+        torch.tensor([[0.5, 1.0, 0.25, 0.0], [0.0, 0.0, 0.0, 1.0]]).repeat_interleave(2, 0)[:, None],
+        -1,
+    )
+    assert both[0, 0, :, 1].tolist() == [1.5, 3.25, 5.0, 5.5]
+    assert both[0, 1, :, 0].tolist() == [100.0, 1000.0, 0.0, 0.0]  # head 1 reads distance +2 only
 
 
 def test_decoding_kernel_of_the_conv_variant_is_the_papers():
@@ -98,10 +110,11 @@ def test_decoding_kernel_of_the_conv_variant_is_the_papers():
         {"kind": "hard_coded", "num_heads": 2, "offsets": [-1, 0], "window": 3}, "decoder_self", "test"
     )
     heads = HardCodedGaussianHeads(spec, config, "decoder_self", 0, head_dim=1)
-    first, kernel = heads.relative_kernel(True, torch.float32, torch.device("cpu"))
+    first, last = heads.kernel_reach(True, torch.float32)
+    kernel = heads.relative_kernel(True, torch.float32, torch.device("cpu"))
     # distances -2, -1, 0: head centred on i-1 keeps [0.242, 0.399, 0.242]; head on i keeps [0, 0.242, 0.399]
     # (its +1 tap is cut by the causal mask). A cached step reads the last 2 earlier positions.
-    assert first == -2 and heads.decoding_lookback(torch.float32) == 2
+    assert (first, last) == (-2, 0) and heads.decoding_lookback(torch.float32) == 2
     torch.testing.assert_close(kernel, torch.tensor([[0.241971, 0.398942, 0.241971], [0.0, 0.241971, 0.398942]]))
 
 
@@ -127,7 +140,7 @@ def test_hard_coded_heads_fast_equals_reference(spec, site, length):
     value = torch.randn(2, 3, length, 4)
     mask = torch.ones(2, length, dtype=torch.bool)
     mask[1, length // 2 :] = False
-    context = AttentionContext(mask, torch.arange(length), is_causal=site == "decoder_self")
+    context = AttentionContext(mask, 0, length, is_causal=site == "decoder_self")
     heads.fast_path = True
     fast, _ = heads(None, None, value, context)
     reference, weights = heads(None, None, value, context, output_attentions=True)
@@ -145,16 +158,16 @@ def test_hard_coded_tables_are_memoised_within_a_bounded_memo(monkeypatch):
     heads = HardCodedGaussianHeads(spec, config, "cross", 0, head_dim=1)
     value = torch.randn(1, 2, 16, 1)
     for start in range(20):  # each decoding step has its own (heads, 1, 16) table: 128 bytes
-        heads(None, None, value, AttentionContext(None, torch.tensor([start]), False))
+        heads(None, None, value, AttentionContext(None, start, 1, False))
     memo = attention_hard_coded._table_memo
     assert len(memo) == 20
-    heads(None, None, value, AttentionContext(None, torch.arange(16), False))  # (2, 16, 16) floats: 2 KiB
+    heads(None, None, value, AttentionContext(None, 0, 16, False))  # (2, 16, 16) floats: 2 KiB
     assert sum(t.numel() * t.element_size() for t in memo.values()) <= 4 * 2**10 and len(memo) < 21
 
 
 @pytest.mark.parametrize("masks, sets", [("band-2", 4), (["identity", "prev-1", "next-2", "band-1", "band-3"], 3)])
 @pytest.mark.parametrize("site", ["encoder_self", "decoder_self"])
-@pytest.mark.parametrize("length", [1, 7, 40])
+@pytest.mark.parametrize("length", [1, 7, 40, 240])  # 240: the banded path (32 keys per tap and more)
 def test_renormalized_local_heads_banded_equals_reference(masks, sets, site, length):
     config = SimpleAttnMarianConfig(**TINY_MARIAN)
     spec = LocalMaskHeads.normalize_spec(
@@ -167,10 +180,10 @@ def test_renormalized_local_heads_banded_equals_reference(masks, sets, site, len
     mask[1, length // 2 + 1 :] = False
     causal = site == "decoder_self"
     for padding in (None, mask):
-        context = AttentionContext(padding, torch.arange(length), causal)
+        context = AttentionContext(padding, 0, length, causal)
         reference, _ = heads(query, key, value, context, output_attentions=True)
         torch.testing.assert_close(heads(query, key, value, context)[0], reference, atol=1e-6, rtol=1e-5)
-        step = AttentionContext(padding, torch.tensor([length - 1]), causal)  # a cached decoding step
+        step = AttentionContext(padding, length - 1, 1, causal)  # a cached decoding step
         last = query[:, :, -1:]
         reference, _ = heads(last, key, value, step, output_attentions=True)
         torch.testing.assert_close(heads(last, key, value, step)[0], reference, atol=1e-6, rtol=1e-5)

@@ -20,7 +20,7 @@ def heads(site, config, **options):
 
 def weights(module, query_len, key_len, is_causal=False, key_padding_mask=None, batch=1):
     value = torch.zeros(batch, module.num_heads, key_len, 1)
-    context = AttentionContext(key_padding_mask, torch.arange(query_len), is_causal)
+    context = AttentionContext(key_padding_mask, 0, query_len, is_causal)
     return module(None, None, value, context, output_attentions=True)[1]
 
 
@@ -77,7 +77,7 @@ def test_window_gives_the_papers_conv_kernel(config):
 def test_indexing_copies_exactly_one_value(config):
     module = heads("encoder_self", config, offsets=[-1, 1], indexing=True)
     value = torch.arange(4, dtype=torch.float32).view(1, 1, 4, 1).expand(1, 2, 4, 1)
-    context = AttentionContext(None, torch.arange(4), False)
+    context = AttentionContext(None, 0, 4, False)
     output, w = module(None, None, value, context, output_attentions=True)
     # head 0 copies v[i-1], head 1 copies v[i+1]; zero outside the sentence
     assert output[0, 0, :, 0].tolist() == [0.0, 0.0, 1.0, 2.0]

@@ -2,6 +2,9 @@
 full one with and without label smoothing, keeps no vocabulary-sized logits for backward and recomputes nothing;
 the Trainer's label smoothing and gradient accumulation go through it; the field is validated and saved."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 from datasets import Dataset
@@ -173,17 +176,20 @@ def test_a_wrapped_or_hooked_output_layer_is_not_bypassed_by_the_chunked_loss():
 
 
 def saved_vocabulary_shapes(model) -> list[tuple[int, ...]]:
-    """Shapes of the tensors with a vocabulary-sized axis that a training step keeps for backward."""
+    """Shapes of the tensors with a vocabulary-sized axis that a training step keeps for backward (saved, and still
+    alive when the forward has returned: the fused loss's per-chunk graphs are gone by then)."""
     vocab_size = model.config.vocab_size
-    shapes = []
+    saved = []
 
     def pack(tensor):
         if vocab_size in tensor.shape:
-            shapes.append(tuple(tensor.shape))
+            saved.append(weakref.ref(tensor))
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         loss = model(input_ids=SOURCES, labels=LABELS).loss
+    gc.collect()
+    shapes = [tuple(reference().shape) for reference in saved if reference() is not None]
     loss.backward()
     return shapes
 
@@ -220,7 +226,8 @@ def test_chunked_loss_computes_each_chunks_logits_once(chunk_size):
         loss = model(input_ids=SOURCES, labels=LABELS).loss
     with LogitsProducts(1000) as backward:
         loss.backward()
-    assert forward.count == -(-SCORED_TOKENS // chunk_size)
+    # chunks of the target positions, the ignored ones included (skipping them would read the labels' values)
+    assert forward.count == -(-LABELS.numel() // chunk_size)
     assert backward.count == 0  # nothing recomputed
     assert model.lm_head.weight.grad is not None
 

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from .attention_ops import additive_mask, attention_dropout, dot_product_scores, sees_every_key
+from .attention_ops import attention_dropout, dot_product_scores
 from .attention_registry import AttentionContext, AttentionHeads, register_attention
 
 
@@ -24,13 +24,18 @@ class DotProductHeads(AttentionHeads):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # query: (batch, heads, q_len, d); key, value: (batch, heads, k_len, d)
         if not output_attentions and self.config._attn_implementation != "eager":
-            # SDPA runs without a mask when every query sees every key.
-            mask = None
-            if not sees_every_key(context, query.shape[-2]):
-                mask = additive_mask(context.allowed_keys(key.shape[-2]), query.dtype)
+            # SDPA runs without a mask tensor when every query sees every key, or as its own causal kernel when the
+            # queries are every position of an unpadded sequence (no cache).
+            mask, is_causal = None, False
+            if context.key_padding_mask is None and context.is_causal and query.shape[-2] == key.shape[-2]:
+                is_causal = True
+            elif not context.sees_every_key():
+                mask = context.attention_bias(key.shape[-2], query.dtype)
             dropout = self.config.attention_dropout if self.training else 0.0
-            output = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+            output = nn.functional.scaled_dot_product_attention(
+                query, key, value, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+            )
             return output, None
-        weights = torch.softmax(dot_product_scores(query, key, context.allowed_keys(key.shape[-2])), dim=-1)
+        weights = torch.softmax(dot_product_scores(query, key, context), dim=-1)
         weights = attention_dropout(weights, self.config.attention_dropout, self.training)
         return torch.matmul(weights, value), weights

@@ -190,7 +190,7 @@ class GaussianMixtureHeads(AttentionHeads):
         state = context.decoding_state
         if state is not None and self.state_name in state:
             means = means + state[self.state_name][:, :, None, :]
-        elif not is_exporting() and int(context.query_positions[0]) != 0:
+        elif not is_exporting() and context.query_start != 0:
             raise RuntimeError(
                 "gaussian_mixture with normalization 'none' (the synthesis network) accumulates its means over the "
                 "target positions; decoding from a later position needs the cache that holds the running sum"
@@ -229,7 +229,7 @@ class GaussianMixtureHeads(AttentionHeads):
         if fusion == "gmm_only":
             weights = beta
         else:
-            scores = dot_product_scores(query.to(beta.dtype), key.to(beta.dtype), context.allowed_keys(key_length))
+            scores = dot_product_scores(query.to(beta.dtype), key.to(beta.dtype), context)
             alpha = torch.softmax(scores, dim=-1)
             if fusion == "average":
                 weights = (alpha + beta) / 2

@@ -13,28 +13,28 @@ The weights depend on positions only, so the fast path (the default) never build
 - self attention is a fixed depthwise convolution over the sequence (weight depends on j - i).
   Its kernel is truncated where the Gaussian's remaining weight is below half an ulp of its
   peak in the compute dtype (radius 5 for σ = 1 in float32; the window or the single index
-  otherwise), which changes outputs by no more than rounding does. Long sequences run it as a
-  shifted sum over the kernel's taps, O(n·taps); short ones, and cached decoding steps, multiply
-  a memoised table over the keys the kernel reaches, so a decoding step reads only the last few
-  positions and the decoder cache may drop older ones (`decoding_lookback`).
+  otherwise), which changes outputs by no more than rounding does. Long sequences run it as one
+  depthwise `conv1d` over the values, O(n·taps); short ones, and cached decoding steps, multiply
+  a memoised banded table over the keys the kernel reaches (one matrix product), so a decoding step
+  reads only the last few positions and the decoder cache may drop older ones (`decoding_lookback`).
 - cross attention multiplies a memoised (heads, q_len, k_len) table.
-Tables live in a small module-level memo keyed by spec, shapes, dtype and device (never as module
-tensors, which `from_pretrained` would build on the meta device). The reference path (the full
-table of `weight_table`) runs when the weights are requested or `fast_path` is off.
+Tables live in a small module-level memo keyed by spec, positions, shapes, dtype and device (never as
+module tensors, which `from_pretrained` would build on the meta device; never keyed by tensor values).
+Under `torch.compile` they are built in the graph instead. The reference path (the full table of
+`weight_table`) runs when the weights are requested or `fast_path` is off.
 
-While exporting, the fast path has no branch on positions and no memo: self attention is the same
-convolution, summed over all the kernel's taps of the zero-padded values whose keys end at the last
-query (so a decoding step also reads a sliding window of the last `decoding_lookback` values), and
-cross attention computes its table from the query positions.
+While exporting, the fast path has no memo: self attention is the same convolution, summed over all
+the kernel's taps of the zero-padded values whose keys end at the last query (so a decoding step also
+reads a sliding window of the last `decoding_lookback` values), and cross attention computes its table
+from the query positions.
 """
 
-import functools
 import math
 
 import torch
 from torch import nn
 
-from .attention_ops import TensorMemo, apply_table, consecutive_queries, is_exporting, zero_padding
+from .attention_ops import TensorMemo, apply_table, is_compiling, is_exporting, zero_padding
 from .attention_registry import (
     MAX_DISTANCE,
     AttentionContext,
@@ -67,6 +67,9 @@ class HardCodedSpec(GroupSpec):
 
 # Memoised tables and kernels: at most this many bytes, least recently used dropped first.
 TABLE_MEMO_BYTES = 64 * 2**20
+# Self attention over a whole sequence runs as a convolution from this many keys per kernel tap, as a banded table
+# product below (where the product is as cheap and one kernel launch fewer).
+CONVOLUTION_MIN_LENGTH_PER_TAP = 4
 _table_memo = TensorMemo()
 
 
@@ -74,46 +77,52 @@ def gaussian_density(distance: torch.Tensor, sigma: float) -> torch.Tensor:
     return torch.exp(-(distance**2) / (2 * sigma**2)) / (sigma * math.sqrt(2 * math.pi))
 
 
-@functools.lru_cache(maxsize=None)
+# The dtypes a kernel is truncated for (see `gaussian_radius`); computed once per head group.
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def gaussian_radius(sigma: float, dtype: torch.dtype) -> int:
     """Smallest R whose dropped weights (all |distance| > R, both sides) sum to at most half an ulp
     of the peak weight in `dtype`: cutting there changes an output by no more than rounding one
     product does. σ = 1: R = 5 in float32, 8 in float64."""
     tolerance = torch.finfo(dtype).eps / 2
     relative = [math.exp(-(r**2) / (2 * sigma**2)) for r in range(int(40 * sigma) + 2)]  # weight / peak
-    radius = 0
-    while 2 * sum(relative[radius + 1 :]) > tolerance:
-        radius += 1
+    # Walk in from the far end while the weights dropped beyond the radius stay within the tolerance.
+    radius, dropped = len(relative) - 1, 0.0
+    while radius > 0 and 2 * (dropped + relative[radius]) <= tolerance:
+        dropped += relative[radius]
+        radius -= 1
     return radius
 
 
 def memoised(key: tuple, build) -> torch.Tensor:
-    """`build()` once per key (everything the table depends on), kept in `_table_memo` within `TABLE_MEMO_BYTES`;
-    built every time while exporting."""
-    if is_exporting():
+    """`build()` once per key (everything the table depends on, as Python values), kept in `_table_memo` within
+    `TABLE_MEMO_BYTES`; built every time while compiling or exporting (in the graph, where it costs a few fused
+    elementwise kernels)."""
+    if is_compiling():
         return build()
     return _table_memo.get_or_build(key, build, TABLE_MEMO_BYTES)
 
 
-def shifted_sum(value: torch.Tensor, kernel: torch.Tensor, first_distance: int, taps: list[int]) -> torch.Tensor:
-    """A depthwise convolution along the sequence, zero outside it.
+def depthwise_convolution(value: torch.Tensor, channel_kernel: torch.Tensor, first_distance: int) -> torch.Tensor:
+    """A depthwise convolution along the sequence, zero outside it, as one `conv1d`.
 
-    value: (batch, heads, len, d); kernel: (heads, taps), tap t at distance first_distance + t;
-    output[:, h, i] = Σ_t kernel[h, t] · value[:, h, i + first_distance + t]. Only the tap indices
-    in `taps` (the non-zero columns) are summed: O(len · taps) instead of O(len²).
+    value: (batch, heads, len, d); channel_kernel: (heads · d, 1, taps), each head's kernel repeated for its d
+    channels, tap t at distance first_distance + t:
+    output[:, h, i] = Σ_t kernel[h, t] · value[:, h, i + first_distance + t]; O(len · taps) instead of O(len²).
     """
-    length = value.shape[-2]
-    output = value.new_zeros(value.shape)
-    for tap in taps:
-        distance = first_distance + tap
-        if abs(distance) >= length:
-            continue
-        weight = kernel[:, tap].view(1, -1, 1, 1)
-        if distance >= 0:
-            output[:, :, : length - distance].addcmul_(value[:, :, distance:], weight)
-        else:
-            output[:, :, -distance:].addcmul_(value[:, :, : length + distance], weight)
-    return output
+    batch_size, num_heads, length, head_dim = value.shape
+    taps = channel_kernel.shape[-1]
+    last_distance = first_distance + taps - 1
+    pad_left, pad_right = max(0, -first_distance), max(0, last_distance)
+    channels = value.permute(0, 1, 3, 2).reshape(batch_size, num_heads * head_dim, length)  # (batch, h·d, len)
+    channels = nn.functional.pad(channels, (pad_left, pad_right))
+    # conv1d output index i' reads padded inputs i'..i'+taps-1, i.e. keys i' - pad_left + t; query i is at
+    # i' = i + first_distance + pad_left.
+    output = nn.functional.conv1d(channels, channel_kernel, groups=num_heads * head_dim)
+    start = first_distance + pad_left
+    output = output[:, :, start : start + length]
+    return output.view(batch_size, num_heads, head_dim, length).transpose(2, 3)
 
 
 @register_attention("hard_coded")
@@ -170,6 +179,11 @@ class HardCodedGaussianHeads(AttentionHeads):
             "centre": centre,
         }
 
+    def __init__(self, spec: HardCodedSpec, config, site: str, layer_idx: int, head_dim: int, **kwargs):
+        super().__init__(spec, config, site, layer_idx, head_dim, **kwargs)
+        # Kernel radii per compute dtype, worked out here so that no forward calls Python-side numerics.
+        self.gaussian_radii = {dtype: gaussian_radius(spec["sigma"], dtype) for dtype in FLOAT_DTYPES}
+
     def centres(self, query_positions: torch.Tensor) -> torch.Tensor:
         """Gaussian means per head and query: (heads, q_len)."""
         positions = query_positions.to(torch.float64)
@@ -224,19 +238,21 @@ class HardCodedGaussianHeads(AttentionHeads):
             return 0
         if self.spec["window"] is not None:
             return self.spec["window"] // 2
-        return gaussian_radius(self.spec["sigma"], dtype)
+        return self.gaussian_radii[dtype]
 
     def first_distance(self, dtype: torch.dtype) -> int:
         """The smallest key distance j - i that carries weight in self attention."""
         return min(self.spec["offsets"]) - self.kernel_radius(dtype)
 
-    def relative_kernel(self, is_causal: bool, dtype: torch.dtype, device) -> tuple[int, torch.Tensor]:
-        """Self attention as a convolution: (first, kernel (heads, taps) in `dtype`), where tap t
-        weighs the key at distance j - i = first + t."""
-        first = self.first_distance(dtype)
+    def kernel_reach(self, is_causal: bool, dtype: torch.dtype) -> tuple[int, int]:
+        """(first, last): the key distances j - i of self attention's first and last kernel taps."""
         last = max(self.spec["offsets"]) + self.kernel_radius(dtype)
-        if is_causal:
-            last = min(last, 0)
+        return self.first_distance(dtype), min(last, 0) if is_causal else last
+
+    def relative_kernel(self, is_causal: bool, dtype: torch.dtype, device) -> torch.Tensor:
+        """Self attention as a convolution: the kernel (heads, taps) in `dtype`, where tap t weighs the key at
+        distance j - i = first + t (`kernel_reach`)."""
+        first, last = self.kernel_reach(is_causal, dtype)
 
         def build():
             # One query at position -first sees the taps as keys 0..last-first.
@@ -244,7 +260,7 @@ class HardCodedGaussianHeads(AttentionHeads):
             keys = torch.arange(last - first + 1, device=device)
             return self.weight_table(query, keys, is_causal)[:, 0].to(dtype)
 
-        return first, memoised(("kernel", self.spec_key(), is_causal, first, last, dtype, device), build)
+        return memoised(("kernel", self.spec_key(), is_causal, first, last, dtype, device), build)
 
     def decoding_lookback(self, dtype: torch.dtype) -> int | None:
         """A cached decoder self-attention step on the fast path reads only the kernel's reach."""
@@ -265,20 +281,18 @@ class HardCodedGaussianHeads(AttentionHeads):
         key_padding_mask = context.key_padding_mask
         if key_padding_mask is not None:
             # A decoder cache that dropped early positions holds only the last key_length keys; an exported
-            # step's window may reach before the first position (zeros, counted as padding).
-            if is_exporting():
+            # step's window (`hf_simple_attn.export`) may reach before the first position (zeros, counted as padding).
+            if is_exporting() or key_padding_mask.shape[1] < key_length:
                 before = key_padding_mask.new_zeros(value.shape[0], key_length)
                 key_padding_mask = torch.cat([before, key_padding_mask], dim=1)
             key_padding_mask = key_padding_mask[:, key_padding_mask.shape[1] - key_length :]
-        positions = context.query_positions
         if output_attentions or not self.fast_path:
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
         if is_exporting():
             return self.export_forward(value, key_padding_mask, context), None
-        if not consecutive_queries(positions):
-            return self.reference_forward(value, context, key_padding_mask, output_attentions)
-        start, query_length = int(positions[0]), positions.shape[0]
+        start, query_length = context.query_start, context.query_length
         if self.site == "cross":
+            positions = context.query_positions
             table = memoised(
                 ("cross", self.spec_key(), start, query_length, key_length, value.dtype, value.device),
                 lambda: self.weight_table(positions, self.key_positions(positions, key_length), False).to(value.dtype),
@@ -295,24 +309,27 @@ class HardCodedGaussianHeads(AttentionHeads):
         is_causal: bool,
     ) -> torch.Tensor:
         """value: (batch, heads, k_len, d), keys ending at the last query (start + query_length - 1)."""
-        key_length = value.shape[-2]
-        first, kernel = self.relative_kernel(is_causal, value.dtype, value.device)
-        if query_length == key_length > 1:
-            taps = kernel.any(dim=0).nonzero()[:, 0].tolist()  # columns not zero for every head
-            # A tap (one pass over the values) costs about as much as 3-4 keys of the table product.
-            if 4 * len(taps) <= key_length:
-                return shifted_sum(zero_padding(value, key_padding_mask), kernel, first, taps)
+        key_length, head_dim = value.shape[-2], value.shape[-1]
+        first, last = self.kernel_reach(is_causal, value.dtype)
+        taps = last - first + 1
+        if query_length == key_length and key_length >= CONVOLUTION_MIN_LENGTH_PER_TAP * taps:
+            kernel = self.relative_kernel(is_causal, value.dtype, value.device)
+            channel_kernel = memoised(
+                ("channels", self.spec_key(), is_causal, first, last, head_dim, value.dtype, value.device),
+                lambda: kernel.repeat_interleave(head_dim, dim=0)[:, None, :],
+            )
+            return depthwise_convolution(zero_padding(value, key_padding_mask), channel_kernel, first)
         # Only keys within the kernel's reach of some query: [start + first, last query + last tap].
         first_key = start + query_length - key_length
         reach_start = max(first_key, start + first)
-        reach_end = min(first_key + key_length, start + query_length + first + kernel.shape[-1] - 1)
+        reach_end = min(first_key + key_length, start + query_length + last)
         if reach_end <= reach_start:
             return value.new_zeros(*value.shape[:2], query_length, value.shape[-1])
         reach = slice(reach_start - first_key, reach_end - first_key)
         value = value[:, :, reach]
         if key_padding_mask is not None:
             value = zero_padding(value, key_padding_mask[:, reach])
-        # The weights depend on j - i only: one table per (query offset in the reach, sizes).
+        # The weights depend on j - i only: one banded table per (query offset in the reach, sizes).
         relative_start, reach_length = start - reach_start, reach_end - reach_start
 
         def build():
@@ -348,8 +365,8 @@ class HardCodedGaussianHeads(AttentionHeads):
         """Self attention as a sum over the kernel's taps of shifted, zero-padded values (batch, heads, k_len, d),
         the keys ending at the last query: (batch, heads, q_len, d). (ONNX Runtime runs this faster than `conv1d`.)"""
         key_length = value.shape[-2]
-        first, kernel = self.relative_kernel(is_causal, value.dtype, value.device)
-        last = first + kernel.shape[-1] - 1
+        first, last = self.kernel_reach(is_causal, value.dtype)
+        kernel = self.relative_kernel(is_causal, value.dtype, value.device)
         value = nn.functional.pad(value, (0, 0, max(0, -first), max(0, last)))
         # Padded index j holds key j - max(0, -first); query i (key index key_length - query_length + i) reads the
         # keys at distances first..last, padded indices from key_length - query_length + i + max(first, 0).

@@ -11,16 +11,17 @@ Inference: index = argmax(S) over the allowed keys, no softmax (Eq. 11); determi
 
 Masked keys (padding, causal) have probability exactly 0 and are never picked; a query without any
 allowed key gets a zero output. At inference the fast path (the default) skips the mask entirely
-when every key is visible (no padding; encoder and cross attention, or a cached decoding step)
-and otherwise fills masked scores in place: argmax, gather, no softmax and no weighted sum. Attention dropout does not apply (a one-hot row has nothing to
-drop). With `output_attentions` the returned weights are the one-hot rows actually used.
+when every key is visible (no attention mask; encoder and cross attention, or a cached decoding step)
+and otherwise adds the mask shared by the layers: argmax, gather, no softmax and no weighted sum. Attention dropout
+does not apply (a one-hot row has nothing to drop). With `output_attentions` the returned weights are the one-hot
+rows actually used.
 The parameters are exactly those of `dot`, so a model trained with one can decode with the other
 (the paper's Table 4) by changing the kind in its layout.
 """
 
 import torch
 
-from .attention_ops import dot_product_scores, scaled_scores, sees_every_key
+from .attention_ops import dot_product_scores
 from .attention_registry import AttentionContext, AttentionHeads, register_attention
 
 
@@ -66,8 +67,7 @@ class HardRetrievalHeads(AttentionHeads):
         # query: (batch, heads, q_len, d); key, value: (batch, heads, k_len, d)
         if self.fast_path and not (self.training or output_attentions):
             return self.retrieve_best(query, key, value, context), None
-        allowed = context.allowed_keys(key.shape[-2])  # (batch or 1, 1, q_len, k_len)
-        scores = dot_product_scores(query, key, allowed)  # (batch, heads, q_len, k_len)
+        scores = dot_product_scores(query, key, context)  # (batch, heads, q_len, k_len)
         if self.training:
             probabilities = torch.softmax(scores, dim=-1)
             sampled = torch.multinomial(probabilities.detach().reshape(-1, scores.shape[-1]).float(), 1)
@@ -76,20 +76,31 @@ class HardRetrievalHeads(AttentionHeads):
         else:
             index = scores.argmax(dim=-1)
             output = retrieve(value, index)
-        has_key = allowed.any(dim=-1)[..., None]  # (batch or 1, 1, q_len, 1)
-        output = output * has_key
+        has_key = self.has_key(context, key.shape[-2])
+        if has_key is not None:
+            output = output * has_key
         if not output_attentions:
             return output, None
-        one_hot = torch.zeros_like(scores).scatter_(-1, index[..., None], 1.0) * has_key
-        return output, one_hot
+        one_hot = torch.zeros_like(scores).scatter_(-1, index[..., None], 1.0)
+        return output, one_hot if has_key is None else one_hot * has_key
+
+    @staticmethod
+    def has_key(context: AttentionContext, key_length: int) -> torch.Tensor | None:
+        """(batch, 1, q_len, 1) bool: which queries have any allowed key; None when all do (only padding can leave
+        a query without one: a causal query always sees itself)."""
+        if context.key_padding_mask is None:
+            return None
+        return context.shared(("has_key", key_length), lambda: context.allowed_keys(key_length).any(-1)[..., None])
 
     def retrieve_best(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, context: AttentionContext
     ) -> torch.Tensor:
-        """Inference: the value of the highest-scoring allowed key, (batch, heads, q_len, d)."""
-        scores = scaled_scores(query, key)  # (batch, heads, q_len, k_len)
-        if sees_every_key(context, query.shape[-2]):
+        """Inference: the value of the highest-scoring allowed key, (batch, heads, q_len, d). The arg-max of QKᵀ/√d
+        is that of QKᵀ: no scaling."""
+        scores = torch.matmul(query, key.transpose(-1, -2))  # (batch, heads, q_len, k_len)
+        if context.sees_every_key():
             return retrieve(value, scores.argmax(dim=-1))
-        allowed = context.allowed_keys(key.shape[-2])  # (batch or 1, 1, q_len, k_len)
-        index = scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min).argmax(dim=-1)
-        return retrieve(value, index) * allowed.any(dim=-1)[..., None]
+        index = (scores + context.attention_bias(key.shape[-2], scores.dtype)).argmax(dim=-1)
+        has_key = self.has_key(context, key.shape[-2])
+        output = retrieve(value, index)
+        return output if has_key is None else output * has_key

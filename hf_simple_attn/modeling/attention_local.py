@@ -29,18 +29,20 @@ Options:
 In decoder self-attention the masks combine with causality: `next-k` heads see no key at all and
 their weights (and outputs) are zero; `band-k` heads keep their past half.
 
-With `renormalize` and no `global` head, the fast path (the default; the reference path runs when
-the weights are requested) never forms the (q_len, k_len) scores: it scores each query against the
-keys at the distances its heads may see (the union of their bands, `taps`), one shifted
-elementwise product per distance, and sums the values the same way: O(n·taps) time and memory.
-It reads the first query's position, so the reference path runs while exporting.
+The fast path (the default; the reference path runs when the weights are requested, and while exporting) runs
+both forms through one `scaled_dot_product_attention` call with a boolean mask, so they keep its fused kernel
+(`fused`: Eq. 9 as attention over the keys twice, the second time with zero values). With `renormalize` and no
+`global` head, long sequences never form the (q_len, k_len) scores: each query is scored against the keys at the
+distances its heads may see (the union of their bands, `taps`), one shifted elementwise product per distance, and
+the values are summed the same way: O(n·taps) time and memory (`banded`).
 """
 
 import re
 
 import torch
+from torch import nn
 
-from .attention_ops import additive_mask, attention_dropout, consecutive_queries, is_exporting, scaled_scores
+from .attention_ops import additive_mask, attention_dropout, is_exporting, scaled_scores
 from .attention_registry import (
     MAX_DISTANCE,
     MAX_HEADS,
@@ -58,6 +60,9 @@ from .attention_registry import (
 # still mix previous, next and band masks.
 ALL_SEVEN_MASKS = ["identity", "prev-1", "next-1", "band-1", "prev-2", "next-2", "band-2", "identity"]
 MASK_PATTERN = re.compile(r"(prev|next|band)-(\d+)|identity|global")
+# The renormalised form runs banded (O(n·taps)) from this many keys per distance its heads see, in one fused
+# attention kernel below.
+BANDED_MIN_KEYS_PER_TAP = 32
 VALID_MASKS = f"'prev-<k>', 'next-<k>', 'band-<k>' (k an integer in [1, {MAX_DISTANCE}]), 'identity', 'global'"
 
 
@@ -197,7 +202,9 @@ class LocalMaskHeads(AttentionHeads):
             self.head_taps = [[tap in distances for tap in self.taps] for distances in head_distances]
 
     def expand_sets_to_heads(self, per_set: torch.Tensor) -> torch.Tensor:
-        """(batch, sets, q_len, k_len) -> (batch, heads, q_len, k_len), each set repeated for its heads."""
+        """(batch, sets, ...) -> (batch, heads, ...), each set repeated for its heads."""
+        if len(self.heads_per_set) == self.num_heads:
+            return per_set
         return per_set.index_select(1, torch.tensor(self.set_of_head, device=per_set.device))
 
     def forward(
@@ -209,34 +216,74 @@ class LocalMaskHeads(AttentionHeads):
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # query: (batch, sets, q_len, d); key: (batch, sets, k_len, d); value: (batch, heads, k_len, d)
-        if (
-            self.fast_path
-            and self.taps is not None
-            and not output_attentions
-            and not is_exporting()
-            and consecutive_queries(context.query_positions)
-        ):
-            return self.banded(query, key, value, context), None
         key_length = key.shape[-2]
+        if self.fast_path and not output_attentions and not is_exporting():
+            if self.taps is not None and key_length >= BANDED_MIN_KEYS_PER_TAP * len(self.taps):
+                return self.banded(query, key, value, context), None
+            return self.fused(query, key, value, context), None
         allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q_len, k_len)
-        local = local_masks(self.spec["masks"], context.query_positions, key_length)[None]  # (1, heads, q_len, k_len)
-        keep = allowed & local
+        keep = allowed & self.local_masks(context, key_length)  # (batch or 1, heads, q_len, k_len)
         scores = scaled_scores(query, key)  # (batch, sets, q_len, k_len)
         if self.spec["renormalize"]:
             scores = self.expand_sets_to_heads(scores)
             weights = torch.softmax(scores + additive_mask(keep, scores.dtype), dim=-1)
         else:
             # Eq. 9: one softmax per query/key set, shared by its heads, then each head's mask.
-            weights = torch.softmax(scores + additive_mask(allowed, scores.dtype), dim=-1)
+            weights = torch.softmax(scores + context.attention_bias(key_length, scores.dtype), dim=-1)
             weights = self.expand_sets_to_heads(weights)
         # Exact zeros outside each head's pattern; also empties rows with no allowed key at all.
         weights = attention_dropout(weights * keep, self.config.attention_dropout, self.training)
         output = torch.matmul(weights, value)  # (batch, heads, q_len, d)
         return output, weights if output_attentions else None
 
+    def local_masks(self, context: AttentionContext, key_length: int) -> torch.Tensor:
+        """(1, heads, q_len, k_len) bool: each head's pattern, made once a forward for the layers with these masks."""
+        masks = tuple(self.spec["masks"])
+        return context.shared(
+            ("local", masks, key_length), lambda: local_masks(list(masks), context.query_positions, key_length)[None]
+        )
+
+    def fused(self, query, key, value, context: AttentionContext) -> torch.Tensor:
+        """Both forms in one `scaled_dot_product_attention` call (its fused kernel): (batch, heads, q_len, d).
+
+        Each query attends over the keys twice: first to the keys its head's pattern keeps, with their values, then
+        to a second block of keys whose values are zero, so that it adds to the softmax's sum and nothing to the
+        output. Eq. 9 puts the other allowed keys there: the softmax's sum is then over every allowed key while the
+        output sums the kept ones only, mask ⊙ softmax(QKᵀ/√d). The renormalised form puts a single zero key there,
+        seen only by a query that keeps no key at all, whose output is then zero as in the reference.
+        """
+        key_length = key.shape[-2]
+        query, key = self.expand_sets_to_heads(query), self.expand_sets_to_heads(key)
+        if self.spec["renormalize"]:
+            key = nn.functional.pad(key, (0, 0, 0, 1))
+        else:
+            key = torch.cat([key, key], dim=2)
+        value = nn.functional.pad(value, (0, 0, 0, key.shape[-2] - key_length))
+        # An additive mask, made once a forward: SDPA would turn a boolean one into it at every call.
+        mask = context.shared(
+            ("local-sdpa", tuple(self.spec["masks"]), self.spec["renormalize"], key_length, query.dtype),
+            lambda: self.fused_mask(context, key_length, query.dtype),
+        )
+        dropout = self.config.attention_dropout if self.training else 0.0
+        return nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+
+    def fused_mask(self, context: AttentionContext, key_length: int, dtype: torch.dtype) -> torch.Tensor:
+        """The additive mask of `fused`: (batch or 1, heads, q_len, 2·k_len) for Eq. 9, (..., k_len + 1)
+        renormalised."""
+        allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q_len, k_len)
+        local = self.local_masks(context, key_length)  # (1, heads, q_len, k_len)
+        keep = allowed & local
+        if self.spec["renormalize"]:
+            seen = torch.cat([keep, ~keep.any(dim=-1, keepdim=True)], dim=-1)
+        else:
+            # A query without any allowed key sees the whole second block, so that its softmax is never empty.
+            rest = (allowed & ~local) | ~allowed.any(dim=-1, keepdim=True)
+            seen = torch.cat(torch.broadcast_tensors(keep, rest), dim=-1)
+        return additive_mask(seen, dtype)
+
     def banded(self, query, key, value, context: AttentionContext) -> torch.Tensor:
         """Renormalised weights over each head's band only (the fast path): (batch, heads, q_len, d)."""
-        first_query, query_length, key_length = int(context.query_positions[0]), query.shape[-2], key.shape[-2]
+        first_query, query_length, key_length = context.query_start, query.shape[-2], key.shape[-2]
         taps = torch.tensor(self.taps, device=query.device)
         # Scores against the key at each distance: (batch, sets, q_len, taps), then per head.
         scores = torch.stack(

@@ -3,9 +3,10 @@
 A family module imports these and the registry, never another family's module, so that each
 family can be read (and replaced) on its own.
 
-Under `torch.export` (and the ONNX exporter built on it) a traced graph cannot branch on tensor
-values or keep tensors from one call to the next: while `is_exporting()`, families take a path
-chosen from shapes and config only, build masks even where nothing is padded, and skip memos.
+No family branches on tensor values: positions and lengths are Python ints (`AttentionContext`), so that eager
+forwards never wait for the device and `torch.compile(..., fullgraph=True)` traces every preset. A traced graph
+cannot keep tensors from one call to the next: while `is_compiling()` (compile or export), families skip their
+memos; while `is_exporting()`, they also take the paths an exported decoder step needs (see `hf_simple_attn.export`).
 """
 
 from collections import OrderedDict
@@ -27,10 +28,10 @@ def scaled_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     return torch.matmul(query, key.transpose(-1, -2)) * query.shape[-1] ** -0.5
 
 
-def dot_product_scores(query: torch.Tensor, key: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Masked scaled scores QKᵀ/√d: (batch, heads, q_len, k_len); allowed: (batch or 1, 1, q_len, k_len) bool."""
+def dot_product_scores(query: torch.Tensor, key: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+    """Masked scaled scores QKᵀ/√d: (batch, heads, q_len, k_len), the context's padding and causal mask added."""
     scores = scaled_scores(query, key)
-    return scores + additive_mask(allowed, scores.dtype)
+    return scores + context.attention_bias(key.shape[-2], scores.dtype)
 
 
 def is_exporting() -> bool:
@@ -38,15 +39,10 @@ def is_exporting() -> bool:
     return torch.compiler.is_exporting()
 
 
-def sees_every_key(context: AttentionContext, query_length: int) -> bool:
-    """Whether every query may see every key, so that no mask is needed: nothing is padded and the queries
-    are not causal, or there is a single (last) query, as in a cached decoding step."""
-    return context.key_padding_mask is None and (not context.is_causal or query_length == 1)
-
-
-def consecutive_queries(query_positions: torch.Tensor) -> bool:
-    """Whether the query positions (q_len,) are one block first, first + 1, ...: what memoised tables assume."""
-    return int(query_positions[-1]) - int(query_positions[0]) == query_positions.shape[0] - 1
+def is_compiling() -> bool:
+    """Whether `torch.compile` (or `torch.export`) is tracing the model: memos are skipped, since a traced graph
+    cannot keep tensors from one call to the next; what they hold is built in the graph instead."""
+    return torch.compiler.is_compiling()
 
 
 def zero_padding(value: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .attention_ops import TensorMemo, apply_table, attention_dropout, consecutive_queries, is_exporting
+from .attention_ops import TensorMemo, apply_table, attention_dropout, is_compiling
 from .attention_registry import (
     MAX_SIZE,
     AttentionContext,
@@ -108,12 +108,13 @@ def position_weights(logits: torch.Tensor, context: AttentionContext, key_length
     """softmax of the logits over the allowed keys: (batch or 1, heads, q_len, k_len).
 
     logits: (heads, M, M), row i = query position i. In self attention every query position is
-    below k_len, so rows `query_positions` and the first k_len columns cover everything (a
-    cached step at position t reads row t).
+    below k_len, so the query rows and the first k_len columns cover everything (a cached step at
+    position t reads row t).
     """
-    scores = logits.index_select(1, context.query_positions)[:, :, :key_length].to(dtype)  # (heads, q, k)
-    allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q, k)
-    scores = scores[None].masked_fill(~allowed, torch.finfo(scores.dtype).min)  # (batch or 1, heads, q, k)
+    start = context.query_start
+    scores = logits[None, :, start : start + context.query_length, :key_length].to(dtype)  # (1, heads, q, k)
+    if not context.sees_every_key():
+        scores = scores + context.attention_bias(key_length, dtype)  # (batch or 1, heads, q, k)
     return torch.softmax(scores, dim=-1)
 
 
@@ -174,7 +175,7 @@ class RecurrentAttentionState(AttentionStackState):
     tensors' version counters, device and dtype) or `train()`/`eval()` is called. Edits through
     `.data` bypass the version counters: call `model.eval()` after them.
 
-    When gradients are needed (or while exporting), the chain A0 → A_L of the stack's L RAN layers runs
+    When gradients are needed (or while compiling or exporting), the chain A0 → A_L of the stack's L RAN layers runs
     once per forward of the stack, in the graph, shared by its layers until `end_forward` (L transitions,
     not L(L+1)/2). Under gradient checkpointing, and outside a stack's forward, each layer runs the chain
     A0 → A_k itself (k transitions for the k-th layer): a checkpointed layer must recompute in backward
@@ -237,9 +238,10 @@ class RecurrentAttentionState(AttentionStackState):
 
     def layer_logits(self, layer: int) -> torch.Tensor:
         """Logits (heads, M, M) of the stack's RAN layer `layer` (0-based), i.e. A_{layer + 1}; computed in the
-        graph while exporting (they depend on parameters only, so a runtime can fold them into constants)."""
+        graph while compiling or exporting (they depend on parameters only, so a runtime can fold them into
+        constants)."""
         needs_graph = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
-        if needs_graph or is_exporting():
+        if needs_graph or is_compiling():
             if not self._share_chain:
                 return self.chain(layer + 1)[-1]
             if self._forward_logits is None:
@@ -269,8 +271,7 @@ class PositionWeightsMemo:
         version = (in_place_updates, logits.device, logits.dtype, torch.is_inference_mode_enabled())
         if self.logits is not logits or self.version != version:
             self.logits, self.version, self.weights = logits, version, TensorMemo()
-        positions = context.query_positions
-        key = (int(positions[0]), positions.shape[0], key_length, context.is_causal, dtype)
+        key = (context.query_start, context.query_length, key_length, context.is_causal, dtype)
         return self.weights.get_or_build(
             key, lambda: position_weights(logits, context, key_length, dtype), self.max_bytes
         )
@@ -279,8 +280,8 @@ class PositionWeightsMemo:
 class PositionLogitsHeads(AttentionHeads):
     """Shared by both families: learned position logits, softmax over allowed keys, values only.
 
-    Fast path (inference without padding, not while exporting): the weights depend on positions only, so each
-    (query block, key length) gets its softmax once, memoised until the logits change (a new
+    Fast path (inference without an attention mask, not while compiling): the weights depend on positions only, so
+    each (query block, key length) gets its softmax once, memoised until the logits change (a new
     tensor or an in-place update), and every batch and decoding step reuses it. Edits through
     `.data` bypass the version counters: call `model.eval()` after them.
     """
@@ -325,8 +326,7 @@ class PositionLogitsHeads(AttentionHeads):
             and not (self.training or output_attentions)
             and not (torch.is_grad_enabled() and logits.requires_grad)
             and context.key_padding_mask is None
-            and not is_exporting()
-            and consecutive_queries(context.query_positions)
+            and not is_compiling()
         ):
             weights = self.weights_memo.get(logits, context, value.shape[-2], value.dtype)
             return apply_table(weights[0], value), None

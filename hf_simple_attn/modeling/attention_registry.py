@@ -6,7 +6,7 @@ projections for the families that score queries against keys); a family turns th
 queries, keys and values of its group into per-head outputs and weights.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 import torch
@@ -105,32 +105,82 @@ def get_attention_family(kind: str, field: str = "kind") -> type["AttentionHeads
 class AttentionContext:
     """What a family may need besides queries, keys and values.
 
-    key_padding_mask: (batch, key_len) bool, True at real tokens; None when nothing is padded.
-    query_positions: (query_len,) long, absolute positions of the queries (cache offset included).
+    Positions and lengths are Python ints that the model knows from shapes and the cache's length, never read from
+    tensors, so that no forward waits for the device or breaks a compiled graph.
+
+    key_padding_mask: (batch, key_len) bool, True at real tokens; None when the model was given no attention mask.
+    query_start: the absolute position of the first query (the number of cached positions before it).
+    query_length: the number of queries.
     is_causal: whether a query may only see keys at positions <= its own.
+    device: where the position tensors are made.
     stack_state: modules shared by all layers of one stack, by `AttentionHeads.stack_state_key`
         (see `build_stack_state`).
     decoding_state: while decoding with a cache, this sublayer's dict of batch-first tensors kept
         from one step to the next (beam search reorders them); None without a cache. A group
         stores under its own `state_name`. An exported decoder step (`hf_simple_attn.export`) starts
         every state at zeros and needs its shape not to depend on the lengths.
+    shared_tensors: tensors the layers of one forward share (masks, positions), made once by `shared`; keyed by
+        Python values only, and kept by the copies `dataclasses.replace` makes for each cached sublayer.
     """
 
     key_padding_mask: torch.Tensor | None
-    query_positions: torch.Tensor
+    query_start: int
+    query_length: int
     is_causal: bool
+    device: torch.device | str = "cpu"
     stack_state: dict | None = None
     decoding_state: dict | None = None
+    shared_tensors: dict = field(default_factory=dict)
+
+    @property
+    def query_positions(self) -> torch.Tensor:
+        """(query_len,) long: query_start, query_start + 1, ..."""
+        return self.shared(
+            ("positions",),
+            lambda: torch.arange(self.query_start, self.query_start + self.query_length, device=self.device),
+        )
+
+    def shared(self, key: tuple, build) -> torch.Tensor:
+        """`build()` once per key for all the layers that get this context (one forward of a stack). A length that
+        `torch.export` traces symbolically (a `SymInt`, unhashable) enters the key as its symbol's name."""
+        key = tuple(repr(part) if isinstance(part, torch.SymInt) else part for part in key)
+        tensor = self.shared_tensors.get(key)
+        if tensor is None:
+            tensor = self.shared_tensors[key] = build()
+        return tensor
+
+    def sees_every_key(self) -> bool:
+        """Whether every query may see every key, so that no mask is needed: no attention mask was given and the
+        queries are not causal, or there is a single (last) query, as in a cached decoding step."""
+        return self.key_padding_mask is None and (not self.is_causal or self.query_length == 1)
+
+    def attention_bias(self, key_length: int, dtype: torch.dtype) -> torch.Tensor:
+        """`allowed_keys` as an additive mask: 0 where allowed, the dtype's minimum elsewhere (as transformers
+        does: no NaN on rows without any allowed key)."""
+
+        def build():
+            allowed = self.allowed_keys(key_length)
+            bias = torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
+            return bias.masked_fill(allowed, 0.0)
+
+        return self.shared(("bias", key_length, dtype), build)
 
     def allowed_keys(self, key_length: int) -> torch.Tensor:
-        """Bool mask (batch or 1, 1, query_len, key_len): which keys each query may attend to."""
-        device = self.query_positions.device
-        allowed = torch.ones(1, 1, self.query_positions.shape[0], key_length, dtype=torch.bool, device=device)
+        """Bool mask (batch or 1, 1, query_len, key_len): which keys each query may attend to. Keys start at position
+        0, or end at the last query when there are fewer (a cache that kept only its last positions)."""
+        return self.shared(("allowed", key_length), lambda: self.build_allowed_keys(key_length))
+
+    def build_allowed_keys(self, key_length: int) -> torch.Tensor:
+        allowed = None
         if self.is_causal:
-            key_positions = torch.arange(key_length, device=device)
-            allowed = allowed & (key_positions[None, :] <= self.query_positions[:, None])[None, None]
+            first_key = max(0, self.query_start + self.query_length - key_length)
+            key_positions = torch.arange(first_key, first_key + key_length, device=self.device)
+            allowed = (key_positions[None, :] <= self.query_positions[:, None])[None, None]
         if self.key_padding_mask is not None:
-            allowed = allowed & self.key_padding_mask[:, None, None, :]
+            padding = self.key_padding_mask[:, None, None, -key_length:]
+            allowed = padding if allowed is None else allowed & padding
+        if allowed is None:
+            allowed = torch.ones(1, 1, self.query_length, key_length, dtype=torch.bool, device=self.device)
         return allowed
 
 

@@ -26,13 +26,14 @@ def chunked_cross_entropy(
 ) -> torch.Tensor:
     """Summed cross-entropy of the logits `hidden_states @ weight.T + bias` against `labels`, that is
     `nn.functional.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction="sum")` (-100 ignored),
-    computed `chunk_size` scored tokens at a time (`FusedLinearCrossEntropy`).
+    computed `chunk_size` target tokens at a time (`FusedLinearCrossEntropy`).
 
     hidden_states: (..., d_model); weight: (vocab, d_model); bias: (vocab,) or None; labels: (...), -100 where
-    nothing is scored. Without scored tokens the sum is 0 and the gradients are zero.
+    nothing is scored. Without scored tokens the sum is 0 and the gradients are zero. Ignored tokens are skipped by
+    the loss, not removed from the batch: their number depends on the labels' values, which would make the forward
+    wait for the device.
     """
-    scored = labels != -100
-    hidden_states, labels = hidden_states[scored], labels[scored]  # (tokens, d_model), (tokens,)
+    hidden_states, labels = hidden_states.flatten(0, -2), labels.flatten()  # (tokens, d_model), (tokens,)
     inputs = (hidden_states, weight, bias)
     if torch.is_grad_enabled() and any(tensor is not None and tensor.requires_grad for tensor in inputs):
         return FusedLinearCrossEntropy.apply(*inputs, labels, chunk_size, label_smoothing)
@@ -40,22 +41,22 @@ def chunked_cross_entropy(
 
 
 class FusedLinearCrossEntropy(torch.autograd.Function):
-    """`chunked_cross_entropy` for scored tokens only: hidden_states (tokens, d_model), labels (tokens,).
-    Forward computes the gradients that the inputs need (`loss_and_gradients`) and saves them; backward scales them."""
+    """`chunked_cross_entropy` over hidden_states (tokens, d_model) and labels (tokens,). Forward computes the
+    gradients that the inputs need (`loss_and_gradients`) and saves them; backward scales them."""
 
     @staticmethod
     def forward(ctx, hidden_states, weight, bias, labels, chunk_size, label_smoothing):
-        # Without scored tokens the gradients are zero: None, so that backward does not multiply them by the
-        # infinite gradient of the loss averaged over no tokens (which is NaN, as `CrossEntropyLoss()`'s).
-        needs_gradients = tuple(needed and labels.numel() > 0 for needed in ctx.needs_input_grad[:3])
         loss_sum, *gradients = loss_and_gradients(
-            hidden_states, weight, bias, labels, chunk_size, label_smoothing, needs_gradients
+            hidden_states, weight, bias, labels, chunk_size, label_smoothing, tuple(ctx.needs_input_grad[:3])
         )
         ctx.save_for_backward(*gradients)
         return loss_sum
 
     @staticmethod
     def backward(ctx, grad_output):
+        # Without scored tokens the gradients are zero, and a loss averaged over no tokens has an infinite gradient
+        # (its mean is NaN, as `CrossEntropyLoss()`'s): the gradients stay zero rather than 0 · inf = NaN.
+        grad_output = grad_output.nan_to_num(posinf=0.0, neginf=0.0)
         gradients = [None if gradient is None else gradient * grad_output for gradient in ctx.saved_tensors]
         return *gradients, None, None, None
 
@@ -70,61 +71,49 @@ def loss_and_gradients(
     needs_gradients: tuple[bool, bool, bool],
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """The summed loss of hidden_states (tokens, d_model) against labels (tokens,), and its gradients with respect
-    to hidden_states, weight and bias where `needs_gradients` says so (None elsewhere), one chunk at a time.
-
-    Per token with logits z over V entries, ε = label_smoothing (transformers' `LabelSmoother`, torch's
-    `cross_entropy`): loss = (1 - ε)·(logsumexp(z) - z[label]) + ε·(logsumexp(z) - mean(z)), whose gradient with
-    respect to z is softmax(z) - (1 - ε)·onehot(label) - ε/V.
+    to hidden_states, weight and bias where `needs_gradients` says so (None elsewhere), one chunk at a time: each
+    chunk's logits, loss (torch's `cross_entropy`, transformers' `LabelSmoother` formula) and their backward are
+    computed together, then the chunk's logits are dropped.
     """
     device_type = hidden_states.device.type
     autocast = torch.is_autocast_enabled(device_type)
     dtype = torch.get_autocast_dtype(device_type) if autocast else hidden_states.dtype
     accumulate_dtype = torch.promote_types(dtype, torch.float32)
-    vocab_size = weight.shape[0]
     needs_hidden, needs_weight, needs_bias = needs_gradients
-    grad_hidden = torch.empty_like(hidden_states) if needs_hidden else None
-    grad_weight = torch.zeros_like(weight, dtype=accumulate_dtype) if needs_weight else None
-    grad_bias = torch.zeros_like(bias, dtype=accumulate_dtype) if needs_bias else None
-    loss_sum = hidden_states.new_zeros((), dtype=accumulate_dtype)
-    with torch.autocast(device_type, enabled=False):
-        compute_weight = weight.to(dtype)
-        compute_bias = None if bias is None else bias.to(dtype)
+    # Leaves of this function's own small graphs, one per chunk.
+    weight = weight.detach().requires_grad_(needs_weight)
+    bias = None if bias is None else bias.detach().requires_grad_(needs_bias)
+    loss_sum = grad_weight = grad_bias = None
+    grad_hidden = []
+    with torch.autocast(device_type, enabled=False), torch.enable_grad():
         for start in range(0, labels.shape[0], chunk_size):
-            hidden_chunk = hidden_states[start : start + chunk_size].to(dtype)  # (chunk, d_model)
-            label_chunk = labels[start : start + chunk_size, None]  # (chunk, 1)
-            if compute_bias is None:
-                logits = hidden_chunk @ compute_weight.T
+            hidden_chunk = hidden_states[start : start + chunk_size].detach().requires_grad_(needs_hidden)
+            wanted = [tensor for tensor, needed in zip((hidden_chunk, weight, bias), needs_gradients) if needed]
+            if bias is None:
+                logits = hidden_chunk.to(dtype) @ weight.to(dtype).T
             else:
-                logits = torch.addmm(compute_bias, hidden_chunk, compute_weight.T)
-            logits = logits.to(accumulate_dtype)  # (chunk, vocab), the one vocabulary-sized tensor of the chunk
-            max_logits = logits.amax(dim=-1, keepdim=True)  # (chunk, 1)
-            token_losses = -logits.gather(1, label_chunk)  # (chunk, 1)
-            if label_smoothing:
-                token_losses = (1 - label_smoothing) * token_losses - label_smoothing * logits.mean(-1, keepdim=True)
-            # Softmax in place of the logits.
-            probabilities = logits.sub_(max_logits).exp_()
-            exp_sums = probabilities.sum(dim=-1, keepdim=True)
-            probabilities /= exp_sums
-            loss_sum += (token_losses + max_logits + exp_sums.log()).sum()
-            if not any(needs_gradients):
-                continue
-            grad_logits = probabilities  # (chunk, vocab)
-            if label_smoothing:
-                grad_logits -= label_smoothing / vocab_size
-            grad_logits.scatter_add_(1, label_chunk, grad_logits.new_full(label_chunk.shape, label_smoothing - 1))
-            if needs_bias:
-                grad_bias += grad_logits.sum(0)
-            grad_logits = grad_logits.to(dtype)
+                logits = torch.addmm(bias.to(dtype), hidden_chunk.to(dtype), weight.to(dtype).T)
+            # (chunk, vocab) in float32 (as autocast runs cross_entropy): the one vocabulary-sized tensor of the chunk
+            chunk_loss = torch.nn.functional.cross_entropy(
+                logits.to(accumulate_dtype),
+                labels[start : start + chunk_size],
+                label_smoothing=label_smoothing,
+                reduction="sum",
+            )
+            chunk_gradients = list(torch.autograd.grad(chunk_loss, wanted)) if wanted else []
+            chunk_loss = chunk_loss.detach()
+            loss_sum = chunk_loss if loss_sum is None else loss_sum + chunk_loss
             if needs_hidden:
-                grad_hidden[start : start + chunk_size] = grad_logits @ compute_weight
-            if needs_weight and dtype == accumulate_dtype:
-                grad_weight.addmm_(grad_logits.T, hidden_chunk)
-            elif needs_weight:  # half-precision products, summed over the chunks in float32
-                grad_weight += grad_logits.T @ hidden_chunk
-    if grad_weight is not None:
-        grad_weight = grad_weight.to(weight.dtype)
-    if grad_bias is not None:
-        grad_bias = grad_bias.to(bias.dtype)
+                grad_hidden.append(chunk_gradients.pop(0))
+            if needs_weight:
+                gradient = chunk_gradients.pop(0)
+                grad_weight = gradient if grad_weight is None else grad_weight + gradient
+            if needs_bias:
+                gradient = chunk_gradients.pop(0)
+                grad_bias = gradient if grad_bias is None else grad_bias + gradient
+    if loss_sum is None:  # no tokens at all
+        loss_sum = hidden_states.new_zeros((), dtype=accumulate_dtype)
+    grad_hidden = (grad_hidden[0] if len(grad_hidden) == 1 else torch.cat(grad_hidden)) if needs_hidden else None
     return loss_sum, grad_hidden, grad_weight, grad_bias
 
 

@@ -313,17 +313,17 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         hidden_states = inputs_embeds + self.embed_positions(inputs_embeds.shape[:-1], position_ids=query_positions)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
 
-        self_context = AttentionContext(
-            key_padding_mask=padding_mask_or_none(attention_mask),
-            query_positions=query_positions,
-            is_causal=True,
-            stack_state=self.attention_state,
-        )
-        cross_context = AttentionContext(
-            key_padding_mask=padding_mask_or_none(encoder_attention_mask),
-            query_positions=query_positions,
-            is_causal=False,
-            stack_state=self.attention_state,
+        self_context, cross_context = (
+            AttentionContext(
+                key_padding_mask=padding_mask_or_none(mask),
+                query_start=past_length,
+                query_length=query_length,
+                is_causal=is_causal,
+                device=inputs_embeds.device,
+                stack_state=self.attention_state,
+                shared_tensors={("positions",): query_positions},
+            )
+            for mask, is_causal in ((attention_mask, True), (encoder_attention_mask, False))
         )
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_self_attentions = () if output_attentions else None
@@ -570,7 +570,8 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
 
         In training with labels and `config.loss_chunk_size` > 0 the loss is computed chunk by chunk together with
         its gradients (`fused_cross_entropy.py`) and `logits` is None, as with fused-loss kernels (Liger); otherwise
-        (and when `lm_head` is not a plain `nn.Linear`, see `lm_head_is_plain`) `logits` is (batch, tgt_len, vocab).
+        (and when `lm_head` is not a plain `nn.Linear`, see `lm_head_is_plain`, or under `torch.compile`) `logits` is
+        (batch, tgt_len, vocab).
         """
         label_smoothing = kwargs.pop("label_smoothing", 0.0)
         if candidate_vocabulary is not None:
@@ -599,7 +600,8 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         if labels is not None and output_vocab_mask is not None:
             raise ValueError("output_vocab_mask restricts the logits generation decodes over; pass it without labels")
         loss = logits = None
-        if labels is not None and self.training and self.config.loss_chunk_size > 0 and self.lm_head_is_plain():
+        chunked_loss = self.config.loss_chunk_size > 0 and not torch.compiler.is_compiling()
+        if labels is not None and self.training and chunked_loss and self.lm_head_is_plain():
             loss = chunked_cross_entropy(
                 outputs.last_hidden_state,
                 self.lm_head.weight,
@@ -764,6 +766,19 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
                 inputs_tensor, model_kwargs.get("attention_mask")
             )
         return model_kwargs
+
+    def _valid_auto_compile_criteria(self, model_kwargs: dict, generation_config) -> bool:
+        """Run the decoding steps through `torch.compile` when the call asks for it with a `compile_config`
+        (`generate(..., compile_config=CompileConfig(...))`), on any device, unless `disable_compile` is set.
+
+        transformers compiles only for caches of fixed size (`StaticCache`); ours grow by one position a step (their
+        lengths are Python ints, so no step waits for the device), so the compiled step has dynamic shapes: after a
+        few recompiles in the first steps, one graph serves every length. Prefer `CompileConfig(mode="default")` or
+        `"max-autotune-no-cudagraphs"`: CUDA graphs ("reduce-overhead", the default) record one graph per length.
+        """
+        if generation_config.disable_compile or generation_config.compile_config is None:
+            return False
+        return getattr(self, "hf_quantizer", None) is None or self.hf_quantizer.is_compileable
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """Give `generate` our cache (value-only heads, absent sublayers) unless the user brought one."""

@@ -7,7 +7,6 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
-from .attention_ops import is_exporting
 from .attention_registry import AttentionContext, LayerSpec, get_attention_family
 
 
@@ -34,11 +33,10 @@ def check_inputs(
 
 
 def padding_mask_or_none(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """(batch, len) bool mask of real tokens, or None when nothing is padded (always the mask given while
-    exporting: the graph cannot depend on its values)."""
-    if attention_mask is None or (not is_exporting() and bool(attention_mask.bool().all())):
-        return None
-    return attention_mask.bool()
+    """(batch, len) bool mask of real tokens, or None without an attention mask. A mask is kept even where it holds
+    no padding: asking the device whether it does would make every forward wait for it (and break a compiled
+    graph)."""
+    return None if attention_mask is None else attention_mask.bool()
 
 
 def build_stack_state(config, sites: tuple[str, ...]) -> nn.ModuleDict:
@@ -99,8 +97,10 @@ def run_encoder_layers(
     """
     context = AttentionContext(
         key_padding_mask=padding_mask_or_none(attention_mask),
-        query_positions=torch.arange(hidden_states.shape[1], device=hidden_states.device),
+        query_start=0,
+        query_length=hidden_states.shape[1],
         is_causal=False,
+        device=hidden_states.device,
         stack_state=stack_state,
     )
     all_hidden_states = (hidden_states,) if output_hidden_states else None
