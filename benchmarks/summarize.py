@@ -112,6 +112,111 @@ def deployment(data: dict) -> list[str]:
     return data["table"] + [""]
 
 
+def count_ops(data: dict) -> list[str]:
+    """Operators per training step and per cached decoding step, with the operators that differ most from base."""
+    size, settings = data["size_fields"], data["settings"]
+    lines = []
+    for kind, reference in (("seq2seq", "MarianMTModel"), ("encoder", "BertModel")):
+        decoding = kind == "seq2seq"
+        lines += [
+            f"**{kind}: operators per step** (d_model {size['d_model']}, {size['layers']} layers per stack, "
+            f"{size['heads']} heads, batch {settings['batch_size']} x {settings['source_length']}"
+            + (f"+{settings['target_length']} tokens)" if decoding else " tokens)"),
+            "",
+            f"| model | training step | vs base | vs {reference} |"
+            + (f" decoding step | vs base | vs {reference} |" if decoding else "")
+            + " most different operators vs base (training step) |",
+            "|---|---|---|---|" + ("---|---|---|" if decoding else "") + "---|",
+        ]
+        for name, model in data[kind].items():
+            if "error" in model:
+                lines.append(f"| {name} | {model['error']} |")
+                continue
+            cells = [name]
+            for step in ("training_step", "decoding_step") if decoding else ("training_step",):
+                cells.append(str(model[step]["total"]))
+                for vs in ("base", reference):
+                    comparison = model.get(f"vs_{vs}", {}).get(step)
+                    cells.append(f"{comparison['ratio']:.2f}×" if comparison else "-")
+            top = model.get("vs_base", {}).get("training_step", {}).get("differences", [])[:4]
+            cells.append(", ".join(f"{row['operator'].removeprefix('aten.')} {row['difference']:+d}" for row in top))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def gpu(data: dict) -> list[str]:
+    """bench_gpu.py: training (eager and compiled), memory, and decoding per cell, with ratios to base and
+    MarianMTModel, and what the time budget left out."""
+    device, settings = data["environment"]["device"], data["settings"]
+
+    def speed(entry: dict | None, key: str, scale: float = 1.0, digits: int = 0) -> list[str]:
+        """The figure's median and its ratios to base and MarianMTModel, or the error, or dashes."""
+        if not entry or key not in entry:
+            return [entry["error"][:60] if entry and "error" in entry else "-", "-", "-"]
+        ratios = [
+            f"{entry[f'vs_{ref}']['ratio_of_medians']:.2f}×" if f"vs_{ref}" in entry else "-"
+            for ref in ("base", "MarianMTModel")
+        ]
+        return [f"{entry[key]['median'] / scale:.{digits}f}", *ratios]
+
+    lines = [f"**{device['name']}, size {settings['size']}**", ""]
+    training, memory = data.get("training", {}).get("models", {}), data.get("memory", {}).get("models", {})
+    if training or memory:
+        cap = settings["memory_cap_gib"]
+        lines += [
+            f"Training step (bf16 autocast, fused AdamW, {settings['batch_size']} sentences x {settings['source_length']}"
+            f"+{settings['target_length']} tokens): target tokens/s (thousands)",
+            "",
+            "| model | eager | vs base | vs MarianMTModel | compiled | vs base | vs MarianMTModel | compile s "
+            f"| peak GiB | max tokens per batch in {cap} GiB | vs base | vs MarianMTModel |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name in dict.fromkeys([*training, *memory]):
+            eager, compiled = training.get(name, {}).get("eager"), training.get(name, {}).get("compiled")
+            cells = [name, *speed(eager, "target_tokens_per_second", 1000, 1)]
+            cells += speed(compiled, "target_tokens_per_second", 1000, 1)
+            cells.append(f"{compiled['compile_seconds']:.0f}" if compiled and "compile_seconds" in compiled else "-")
+            fit = memory.get(name, {})
+            if "max_tokens" in fit:
+                cells += [f"{fit['peak_bytes'] / 2**30:.2f}", str(fit["max_tokens"])]
+                cells += [
+                    f"{fit[f'vs_{ref}']['tokens_per_batch_ratio']:.2f}×" if f"vs_{ref}" in fit else "-"
+                    for ref in ("base", "MarianMTModel")
+                ]
+            else:
+                cells += [fit.get("error", "-")[:60], "-", "-", "-"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    for cell in data.get("decoding", {}).get("cells", []):
+        beams = "greedy" if cell["num_beams"] == 1 else f"beam {cell['num_beams']}"
+        lines += [
+            f"Decoding (bf16 weights, {settings['new_tokens']} new tokens), batch {cell['batch_size']}, {beams}: sentences/s",
+            "",
+            "| model | eager | vs base | vs MarianMTModel | compiled | vs base | vs MarianMTModel | fastest vs base "
+            "| fastest vs MarianMTModel | compiled: first call s, identical to eager |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, model in cell["models"].items():
+            compiled = model.get("compiled")
+            cells = [name, *speed(model["eager"], "sentences_per_second", digits=1)]
+            cells += speed(compiled, "sentences_per_second", digits=1)
+            cells += [
+                f"{model['best'][f'vs_{ref}']['ratio_of_medians']:.2f}×" if f"vs_{ref}" in model["best"] else "-"
+                for ref in ("base", "MarianMTModel")
+            ]
+            if compiled:
+                cells.append(f"{compiled['first_call_seconds']:.0f} s, {100 * compiled['identical_to_eager']:.0f}%")
+            else:
+                cells.append("; ".join(model.get("compile_errors", {}).values())[:80] or "-")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    for name, section in data["sections"].items():
+        if section["skipped"]:
+            lines.append(f"- {name}: over its time budget, skipped " + ", ".join(section["skipped"]))
+    return lines + [""]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+")
@@ -124,6 +229,8 @@ def main(argv=None):
             "training": training,
             "length_scaling": length_scaling,
             "deployment": deployment,
+            "count_ops": count_ops,
+            "gpu": gpu,
         }[data["benchmark"]]
         print("\n".join(tables(data)))
         for check in data.get("targets", []):

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,10 +18,12 @@ sys.path.insert(0, BENCHMARKS)
 
 import bench_decoding  # noqa: E402
 import bench_deployment  # noqa: E402
+import bench_gpu  # noqa: E402
 import bench_int8  # noqa: E402
 import bench_length_scaling  # noqa: E402
 import bench_shortlist  # noqa: E402
 import bench_training  # noqa: E402
+import count_ops  # noqa: E402
 import profile_beam  # noqa: E402
 import summarize  # noqa: E402
 
@@ -386,3 +389,105 @@ def test_exact_length_decodes_exactly_the_tokens_asked_for():
             lengths = bench_deployment.common.exact_length(4, control)
             output = model.generate(input_ids=batch, num_beams=num_beams, **lengths)
             assert output.shape == (2, 5), (control, num_beams)
+
+
+def test_operator_counter_skips_views_and_detach():
+    x = torch.ones(2, 3)
+
+    def function():
+        y = x.view(3, 2).t().detach()  # views: not counted
+        return (y + 1).to(torch.float64)
+
+    assert count_ops.count_operators(function) == {"total": 2, "operators": {"aten.add": 1, "aten._to_copy": 1}}
+
+
+def test_count_ops(tmp_path):
+    output = tmp_path / "count_ops.json"
+    count_ops.main(["--presets", "hc-sa", "hard-dec", "--size", "tiny", "--threads", "1", "--output", str(output)])
+    data = load(output)
+    seq2seq, encoder = data["seq2seq"], data["encoder"]
+    assert list(seq2seq) == ["MarianMTModel", "base", "hc-sa", "hard-dec"]
+    assert list(encoder) == ["BertModel", "base", "hc-sa"]  # hard-dec is a seq2seq preset only
+    for models, reference, steps in (
+        (seq2seq, "MarianMTModel", ["training_step", "decoding_step"]),
+        (encoder, "BertModel", ["training_step"]),
+    ):
+        for model in models.values():
+            assert set(model["vs_base"]) == set(model[f"vs_{reference}"]) == set(steps)
+            for step in steps:
+                assert model[step]["total"] == sum(model[step]["operators"].values()) > 0
+                ratio = model[step]["total"] / models["base"][step]["total"]
+                assert model["vs_base"][step]["ratio"] == pytest.approx(ratio)
+        assert models["base"]["vs_base"]["training_step"] == {"ratio": 1.0, "differences": []}
+    # The counts are exact: a recount of MarianMTModel's training step gives the same operators.
+    args = count_ops.parse_args(["--size", "tiny"])
+    marian = count_ops.build("seq2seq", "MarianMTModel", count_ops.COUNT_SIZES["tiny"], args.seed).train()
+    batch = count_ops.make_batch(marian, args)
+    assert (
+        count_ops.count_operators(lambda: count_ops.training_step(marian, batch))
+        == seq2seq["MarianMTModel"]["training_step"]
+    )
+    assert [check["check"].split(" operators")[0] for check in data["targets"]] == [
+        "hc-sa",
+        "hard-dec",
+        "base",
+        "hard-dec",
+    ]
+    assert all(check["reached"] == (check["measured"] <= check["target"]) for check in data["targets"])
+
+
+def test_gpu_benchmark_largest_batch_search():
+    """Doubling then bisecting finds the largest batch within the cap; running out of memory counts as over it."""
+    args = SimpleNamespace(
+        batch_size=4, memory_granularity=2, memory_max_sentences=1000, source_length=3, target_length=2
+    )
+    linear = SimpleNamespace(peak_bytes=lambda sentences: 100 + 10 * sentences)
+    result = bench_gpu.largest_batch(linear, 100 + 10 * 23, args)
+    assert (result["max_sentences"], result["max_tokens"], result["peak_bytes"]) == (22, 110, 140)
+    assert {4, 8, 16, 32} <= {sentences for sentences, _ in result["peaks"]}  # doubled from the training batch
+    out_of_memory = SimpleNamespace(peak_bytes=lambda sentences: 10 * sentences if sentences <= 12 else None)
+    assert bench_gpu.largest_batch(out_of_memory, 10**6, args)["max_sentences"] == 12
+    assert bench_gpu.largest_batch(linear, 10**6, args)["search_limit_reached"]
+
+
+def test_gpu_benchmark(tmp_path):
+    output = tmp_path / "gpu.json"
+    models = ["MarianMTModel", "base", "sh-x"]
+    bench_gpu.main(
+        ["--device", "cpu", "--size", "tiny", "--models", *models, "--no-compile", "--threads", "1"]
+        + ["--batch-size", "4", "--source-length", "6", "--target-length", "5", "--warmup-steps", "1", "--steps", "2"]
+        + ["--memory-cap-gib", "0.001", "--memory-granularity", "16"]
+        + ["--decode-batch-sizes", "2", "1", "--beams", "1", "2", "--decode-source-length", "5", "--new-tokens", "3"]
+        + ["--single-sentences", "2", "--decode-repeats", "2", "--output", str(output)]
+    )
+    data = load(output)
+    assert data["environment"]["device"]["type"] == "cpu" and data["build_errors"] == {}
+    assert list(data["sections"]) == ["training", "memory", "decoding"]
+    assert all(section["skipped"] == [] for section in data["sections"].values())
+
+    training = data["training"]["models"]
+    assert list(training) == models and all("compiled" not in model for model in training.values())
+    assert training["base"]["eager"]["vs_base"]["ratio_of_medians"] == 1.0
+    assert training["sh-x"]["eager"]["vs_MarianMTModel"]["paired"]["n"] == 2
+    assert training["sh-x"]["eager"]["target_tokens_per_second"]["n"] == 2
+
+    memory = data["memory"]["models"]
+    for model in memory.values():
+        assert model["max_tokens"] == model["max_sentences"] * 11 > 0
+        fitting = [peak for sentences, peak in model["peaks"] if sentences <= model["max_sentences"]]
+        assert max(fitting) <= data["memory"]["cap_bytes"] < max(peak for _, peak in model["peaks"])
+    assert memory["base"]["vs_base"]["tokens_per_batch_ratio"] == 1.0
+
+    cells = data["decoding"]["cells"]
+    assert [(cell["batch_size"], cell["num_beams"], cell["sentences"]) for cell in cells] == [
+        (2, 1, 2),
+        (2, 2, 2),
+        (1, 1, 2),
+        (1, 2, 2),
+    ]
+    for cell in cells:
+        assert list(cell["models"]) == models
+        assert cell["models"]["sh-x"]["eager"]["sentences_per_second"]["n"] == 2
+        assert cell["models"]["base"]["best"]["vs_base"]["ratio_of_medians"] == 1.0
+    # The targets measured at this size: training and memory (the decoding ones are at batch 64).
+    assert [check["check"].split(" ")[0] for check in data["targets"]] == ["sh-x", "base", "sh-x"]
