@@ -190,3 +190,38 @@ def run_without_package(args: list[str], workdir, timeout: int = 300, **environm
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def dynamo_counters():
+    """Dynamo's counters (graphs compiled, graph breaks) of one test's compiled runs: its caches are emptied before the
+    test, so that the runs compile as in a new process (no recompile limit reached by earlier tests' models), and after
+    it, so that no compiled code outlives it."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    yield torch._dynamo.utils.counters
+    torch._dynamo.reset()
+
+
+def record_calls(monkeypatch, module, name: str) -> list[SimpleNamespace]:
+    """Replace `module.name` by a wrapper that records each call's `args` and `result`; returns the record."""
+    original, calls = getattr(module, name), []
+
+    def recorded(*args, **kwargs):
+        calls.append(SimpleNamespace(args=args, result=original(*args, **kwargs)))
+        return calls[-1].result
+
+    monkeypatch.setattr(module, name, recorded)
+    return calls
+
+
+def assert_saved_as_trained(model, folder, inputs: dict) -> None:
+    """The weights saved in `folder` carry `model`'s own parameter names (none of `torch.compile`'s `_orig_mod.`), and
+    the model they load as gives `model`'s outputs on `inputs`, bit for bit."""
+    from safetensors.torch import load_file
+
+    assert set(load_file(Path(folder) / "model.safetensors")) <= set(model.state_dict())
+    loaded = type(model).from_pretrained(folder).eval()
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, rtol=0, atol=0)

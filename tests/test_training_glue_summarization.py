@@ -17,7 +17,7 @@ import torch
 
 import hf_simple_attn.hub
 
-from conftest import HUB_TOKEN, assert_hub_token_kept_out
+from conftest import HUB_TOKEN, assert_hub_token_kept_out, assert_saved_as_trained, record_calls
 
 
 torch.set_num_threads(1)
@@ -689,3 +689,112 @@ def test_a_rerun_resumes_from_its_checkpoint_to_the_same_weights(script, run_glu
     if script == "run_summarization":  # nor into another γ than its hard-coded cross attention was trained with
         with pytest.raises(ValueError, match=r"; length_ratio \(checkpoint: [0-9.]+, this run: 2\.5\)\. "):
             main(arguments + ["--output_dir", str(resumed), "--max_steps", "12", "--length_ratio", "2.5"])
+
+
+# Compiled -------------------------------------------------------------------------------------------
+
+
+def test_glue_trains_compiled_and_saves_the_plain_model(run_glue, tmp_path, monkeypatch, dynamo_counters):
+    """--torch_compile_backend aot_eager (dynamo and AOTAutograd, without inductor's code generation) with a local
+    (band) preset: the Trainer trains the compiled classifier in one graph (inputs padded to one shape, compiled once)
+    and evaluates; the saved model is the plain one and gives the trained model's logits."""
+    from accelerate.utils import is_compiled_module
+    from transformers import AutoTokenizer
+
+    trainers = record_calls(monkeypatch, run_glue, "make_trainer")
+    rows = sentiment_rows()
+    output_dir = tmp_path / "out"
+    metrics = run_glue.main(
+        [
+            "--train_file",
+            write_jsonl(tmp_path / "train.jsonl", rows),
+            "--validation_file",
+            write_jsonl(tmp_path / "validation.jsonl", rows[:8]),
+            "--attention_preset",
+            "band2",
+            "--torch_compile_backend",
+            "aot_eager",
+            "--do_train",
+            "--do_eval",
+            "--output_dir",
+            str(output_dir),
+            *TINY_ENCODER,
+            "--vocab_size",
+            "200",
+            "--max_seq_length",
+            "32",
+            "--pad_to_max_length",
+            "true",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            *QUIET_CPU_RUN,
+        ]
+    )
+    trainer = trainers[0].result
+    assert trainer.args.torch_compile and is_compiled_module(trainer.model_wrapped)
+    assert dynamo_counters["stats"]["unique_graphs"] == 1 and not dynamo_counters["graph_break"]
+    assert_finite(metrics, ["train_loss", "eval_loss", "eval_accuracy"])
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    inputs = dict(tokenizer(["a warm, funny film", "a dull mess"], padding=True, return_tensors="pt"))
+    assert_saved_as_trained(trainer.model, output_dir, inputs)
+
+
+def test_summarization_trains_compiled_with_the_eager_loss(run_summarization, tmp_path, monkeypatch, dynamo_counters):
+    """--torch_compile_backend aot_eager with a hard-retrieval preset and label smoothing: the compiled model (one graph,
+    inputs padded to one shape) computes its smoothed training loss from the full logits, the eager one in chunks, and
+    both log the same losses (aot_eager runs eager kernels: the second step starts from the same weights); evaluation
+    generates summaries; the saved model is the plain one and gives the trained model's logits."""
+    from accelerate.utils import is_compiled_module
+    from transformers import AutoTokenizer
+
+    arguments = [
+        *summarization_files(tmp_path)[:4],
+        "--attention_preset",
+        "hard-dec",
+        "--label_smoothing_factor",
+        "0.1",
+        "--do_train",
+        *TINY_SEQ2SEQ,
+        "--vocab_size",
+        "120",
+        "--max_source_length",
+        "64",
+        "--max_target_length",
+        "16",
+        "--pad_to_max_length",
+        "true",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        "--logging_steps",
+        "1",
+        *QUIET_CPU_RUN,
+    ]
+    eager = tmp_path / "eager"
+    run_summarization.main(arguments + ["--output_dir", str(eager)])
+
+    trainers = record_calls(monkeypatch, run_summarization, "make_trainer")
+    compiled = tmp_path / "compiled"
+    metrics = run_summarization.main(
+        arguments
+        + [
+            "--torch_compile_backend",
+            "aot_eager",
+            "--do_eval",
+            "--predict_with_generate",
+            "--output_dir",
+            str(compiled),
+        ]
+    )
+    trainer = trainers[0].result
+    assert is_compiled_module(trainer.model_wrapped)
+    assert dynamo_counters["stats"]["unique_graphs"] == 1 and not dynamo_counters["graph_break"]
+    assert logged_losses(compiled) == pytest.approx(logged_losses(eager), rel=1e-5)
+    assert_finite(metrics, ["eval_loss", "eval_rouge1", "eval_gen_len"])
+    tokenizer = AutoTokenizer.from_pretrained(compiled)
+    documents, summaries = [document for document, _ in DOCUMENTS[:2]], [summary for _, summary in DOCUMENTS[:2]]
+    inputs = dict(tokenizer(documents, text_target=summaries, padding=True, return_tensors="pt"))
+    assert_saved_as_trained(trainer.model, compiled, inputs)

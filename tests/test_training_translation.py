@@ -13,9 +13,10 @@ from unittest import mock
 import pytest
 import sacrebleu
 import torch
+from accelerate.utils import is_compiled_module
 from huggingface_hub import HfApi, RepoUrl
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, MarianConfig, MarianMTModel, pipeline
+from transformers import AutoTokenizer, MarianConfig, MarianMTModel, Seq2SeqTrainingArguments, pipeline
 
 import hf_simple_attn
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnMarianConfig
@@ -29,7 +30,7 @@ from hf_simple_attn.training_args import (
     parse_attention_layout,
 )
 
-from conftest import HUB_TOKEN, assert_hub_token_kept_out
+from conftest import HUB_TOKEN, assert_hub_token_kept_out, assert_saved_as_trained, record_calls
 
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -360,6 +361,99 @@ def test_accelerate_loop_trains_scores_saves_and_resumes_exactly(corpus, tmp_pat
                 str(first / "step_2"),
             ]
             + ["--output_dir", str(tmp_path / "loop-other-layout")]
+        )
+
+
+def translation_inputs(folder: Path) -> dict:
+    """Two padded sentence pairs, tokenized by the tokenizer saved in `folder`."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    sources, targets = ["the cat sits on the tree", "a red car"], ["die katze sitzt auf dem baum", "ein rotes auto"]
+    return dict(tokenizer(sources, text_target=targets, padding=True, return_tensors="pt"))
+
+
+def test_trainer_script_trains_compiled_and_saves_the_plain_model(corpus, tmp_path, monkeypatch, dynamo_counters):
+    """--torch_compile with its default backend, inductor: the Trainer trains the compiled model (one graph, padded to
+    one shape so that it compiles once) and evaluates by generating. The final model and checkpoint-1 are the plain
+    model's: the saved model gives the trained one's outputs, and an uncompiled run resumes checkpoint-1 to the
+    compiled run's weights (up to rounding: without dropout, whose random numbers inductor draws its own way)."""
+    trainers = record_calls(monkeypatch, run_translation, "make_trainer")
+    arguments = data_args(corpus, "train", "validation") + TINY_MODEL + TRAINER_ARGS
+    arguments += ["--attention_preset", "hc-sa", "--dropout", "0", "--pad_to_max_length", "true"]
+    arguments += ["--do_train", "--max_steps", "2", "--save_steps", "1"]
+    compiled = tmp_path / "compiled"
+    metrics = run_translation.main(
+        arguments + ["--torch_compile", "--do_eval", "--predict_with_generate", "--output_dir", str(compiled)]
+    )
+    trainer = trainers[0].result
+    assert trainer.args.torch_compile_backend == "inductor" and is_compiled_module(trainer.model_wrapped)
+    assert dynamo_counters["stats"]["unique_graphs"] == 1 and not dynamo_counters["graph_break"]
+    assert 0.0 <= metrics["eval_bleu"] <= 100.0 and metrics["eval_gen_len"] > 0
+    assert_saved_as_trained(trainer.model, compiled, translation_inputs(compiled))
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(compiled / "checkpoint-1", resumed / "checkpoint-1")
+    run_translation.main(arguments + ["--output_dir", str(resumed)])
+    assert read_json(resumed / "trainer_state.json")["global_step"] == 2
+    expected, actual = load_file(compiled / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], msg=name)
+
+
+def test_accelerate_loop_resumes_compiled_from_an_uncompiled_state(corpus, tmp_path, monkeypatch, dynamo_counters):
+    """--torch_compile_backend aot_eager (which turns --torch_compile on; dynamo and AOTAutograd with eager kernels,
+    so the numbers are eager ones): a compiled run resumes the state an uncompiled run saved at step 1 and ends with
+    that run's weights, generating to evaluate. Its own states hold the plain model's names as the uncompiled run's
+    do, its final model gives the trained model's outputs, and the card names the model's class."""
+    common = data_args(corpus, "train", "validation") + TINY_MODEL + LOOP_ARGS
+    common += ["--attention_preset", "ran-all", "--pad_to_max_length", "true"]
+    common += ["--max_train_steps", "3", "--checkpointing_steps", "1"]
+    uncompiled = tmp_path / "uncompiled"
+    run_translation_no_trainer.main(common + ["--output_dir", str(uncompiled)])
+
+    trainings = record_calls(monkeypatch, run_translation_no_trainer, "train")
+    compiled = tmp_path / "compiled"
+    results = run_translation_no_trainer.main(
+        common
+        + ["--torch_compile_backend", "aot_eager", "--resume_from_checkpoint", str(uncompiled / "step_1")]
+        + ["--output_dir", str(compiled)]
+    )
+    model = trainings[0].args[2]
+    assert is_compiled_module(model)
+    assert dynamo_counters["stats"]["unique_graphs"] == 1 and not dynamo_counters["graph_break"]
+    assert results["train_steps"] == 3 and 0.0 <= results["eval_bleu"] <= 100.0
+    expected, actual = load_file(uncompiled / "model.safetensors"), load_file(compiled / "model.safetensors")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], msg=name)
+    assert (
+        load_file(compiled / "step_3" / "model.safetensors").keys()
+        == load_file(uncompiled / "step_3" / "model.safetensors").keys()
+    )
+    assert_saved_as_trained(model._orig_mod, compiled, translation_inputs(compiled))
+    assert "Architecture: `SimpleAttnMarianMTModel`" in (compiled / "README.md").read_text(encoding="utf-8")
+
+
+def test_accelerate_loop_compile_options_mean_what_the_trainers_do(tmp_path):
+    """--torch_compile, --torch_compile_backend and --torch_compile_mode read as TrainingArguments' (a backend or a mode
+    turns compilation on; inductor by default), and each run's Accelerator compiles as its own options say, whatever
+    the run before it in the process did (Accelerate's state is shared by the process)."""
+    names = ("torch_compile", "torch_compile_backend", "torch_compile_mode")
+    runs = [
+        {},
+        {"torch_compile": True},
+        {"torch_compile_backend": "aot_eager"},
+        {"torch_compile_mode": "max-autotune"},
+        {},  # uncompiled after compiled ones: Accelerate's shared state must not keep their settings
+    ]
+    trainer_options = [Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, **run) for run in runs]
+    for run, trainer_args in zip(runs, trainer_options):
+        args = run_translation_no_trainer.LoopArguments(output_dir=str(tmp_path), **run)
+        assert [getattr(args, name) for name in names] == [getattr(trainer_args, name) for name in names]
+        plugin = run_translation_no_trainer.start_accelerator(args).state.dynamo_plugin
+        assert (plugin.backend.value.lower(), plugin.mode) == (
+            args.torch_compile_backend or "no",
+            args.torch_compile_mode or "default",
         )
 
 

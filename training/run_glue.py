@@ -396,14 +396,17 @@ def read_labels(reference_split: datasets.Dataset, task_name: str | None) -> tup
 
 
 def label_config(data_args: DataTrainingArguments, label_list: list | None) -> dict:
-    """The config fields of the classification head: the number of labels and their names, or a regression."""
+    """The config fields of the classification head: the number of labels and their names, or a regression.
+
+    The problem type is set here, not left to transformers' loss, which sets it in the config at the first training
+    step: under --torch_compile that change of the config inside the forward makes the model compile a second time.
+    """
     overrides = {
         "num_labels": 1 if label_list is None else len(label_list),
         "finetuning_task": data_args.task_name or data_args.dataset_name,
+        "problem_type": "regression" if label_list is None else "single_label_classification",
     }
-    if label_list is None:
-        overrides["problem_type"] = "regression"
-    else:
+    if label_list is not None:
         overrides["id2label"] = {index: str(label) for index, label in enumerate(label_list)}
         overrides["label2id"] = {str(label): index for index, label in enumerate(label_list)}
     return overrides

@@ -17,6 +17,12 @@ card, BLEU/chrF on the validation split in `eval_results.json` (and on the test 
 `--push_to_hub` uploads them (`hf_simple_attn.hub`). `--with_tracking` logs the training loss,
 learning rate and results to the trackers of `--report_to` (`accelerator.init_trackers` / `log`,
 as transformers' no_trainer examples do).
+
+`--torch_compile` (with `--torch_compile_backend`, default inductor, and `--torch_compile_mode`, named and meant
+as in transformers' `TrainingArguments`) compiles the model in `accelerator.prepare`, through Accelerate's
+`TorchDynamoPlugin` as the Trainer does. Training and loss evaluation run the compiled model; `generate`, the saved
+model and the `--checkpointing_steps` states are the plain model's (no `_orig_mod.` names), so a state saved with or
+without compilation resumes either way.
 """
 
 import json
@@ -31,7 +37,8 @@ import datasets
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, set_seed
+from accelerate.state import AcceleratorState
+from accelerate.utils import DataLoaderConfiguration, TorchDynamoPlugin, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, get_scheduler
@@ -126,11 +133,38 @@ class LoopArguments:
     hub_model_id: str | None = field(default=None, metadata={"help": "Hub repository (default: the folder's name)."})
     hub_token: str | None = field(default=None, metadata={"help": "Hub token (default: from `hf auth login`)."})
     hub_private_repo: bool = field(default=False, metadata={"help": "Create the Hub repository as private."})
+    torch_compile: bool = field(
+        default=False,
+        metadata={
+            "help": "Compile the model with `torch.compile` (in `accelerator.prepare`, through Accelerate's "
+            "TorchDynamoPlugin, as the Trainer's --torch_compile). Set by --torch_compile_backend or "
+            "--torch_compile_mode."
+        },
+    )
+    torch_compile_backend: str | None = field(
+        default=None,
+        metadata={
+            "help": "The backend of `torch.compile` (default with --torch_compile: inductor; aot_eager traces without "
+            "generating code); setting it turns on --torch_compile."
+        },
+    )
+    torch_compile_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "The mode of `torch.compile` (default, reduce-overhead, max-autotune, ...); setting it turns on "
+            "--torch_compile."
+        },
+    )
 
     def __post_init__(self):
         steps = self.checkpointing_steps
         if steps is not None and steps != "epoch" and not steps.isdigit():
             raise ValueError(f"--checkpointing_steps: expected an integer or 'epoch', got {steps!r}")
+        # As TrainingArguments: a backend or mode turns compilation on, which uses inductor unless told otherwise.
+        if self.torch_compile_backend is not None or self.torch_compile_mode is not None:
+            self.torch_compile = True
+        if self.torch_compile and self.torch_compile_backend is None:
+            self.torch_compile_backend = "inductor"
 
 
 def resume_position(checkpoint: str, steps_per_epoch: int) -> tuple[int, int, int]:
@@ -197,7 +231,9 @@ def main(argv: list[str] | None = None) -> dict:
         summary = training_summary(
             accelerator, args, model_args, data_args, tokenizer, scorer, len(train_raw), completed_steps, train_runtime
         )
-        publish(accelerator.unwrap_model(model), args, model_args, data_args, summary, all_results, hub_token)
+        # The plain model: the card names its class and counts its parameters.
+        plain_model = accelerator.unwrap_model(model, keep_torch_compile=False)
+        publish(plain_model, args, model_args, data_args, summary, all_results, hub_token)
     accelerator.end_training()
     return all_results
 
@@ -206,9 +242,17 @@ def start_accelerator(args: LoopArguments) -> Accelerator:
     """The Accelerator of the run, with logging (INFO on the main process) and the seed set, and the output folder."""
     # A seedable sampler shuffles each epoch from (seed, epoch) alone, so a resumed run sees the same batches.
     tracking = {"log_with": args.report_to.split(","), "project_dir": args.output_dir} if args.with_tracking else {}
+    # Without --torch_compile, Accelerate's own settings (`accelerate launch --dynamo_backend`) apply.
+    dynamo_plugin = None
+    if args.torch_compile:
+        dynamo_plugin = TorchDynamoPlugin(backend=args.torch_compile_backend, mode=args.torch_compile_mode)
+    # Every Accelerator of a process shares one state, set by the first: a run started again in the same process (a
+    # notebook, the tests) would keep the compilation settings of the one before. Reset it, as TrainingArguments does.
+    AcceleratorState._reset_state()
     accelerator = Accelerator(
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        dynamo_plugin=dynamo_plugin,
         **tracking,
     )
     logging.basicConfig(
@@ -384,7 +428,8 @@ def training_step(accelerator: Accelerator, args: LoopArguments, model, batch, o
     """One forward and backward pass (an optimizer step once the gradients of --gradient_accumulation_steps
     batches are accumulated); returns the batch's loss (with --label_smoothing_factor, the smoothed one)."""
     with accelerator.accumulate(model):
-        # The model smooths its loss itself, which it computes in chunks without full logits in training.
+        # The model smooths its loss itself, which it computes in chunks without full logits in training (compiled,
+        # from the full logits).
         loss = model(**batch, label_smoothing=args.label_smoothing_factor).loss
         accelerator.backward(loss)
         if accelerator.sync_gradients and args.max_grad_norm > 0:
@@ -419,9 +464,11 @@ def generate_and_score(accelerator, model, dataloader, references, tokenizer, sc
     `references`; returns (metrics, predictions)."""
     model.eval()
     predictions, lengths = [], []
+    # `generate` runs the plain model, uncompiled, as in Seq2SeqTrainer.
+    plain_model = accelerator.unwrap_model(model, keep_torch_compile=False)
     for batch in tqdm(dataloader, desc="Generating", disable=not accelerator.is_local_main_process):
         with torch.no_grad():
-            generated = accelerator.unwrap_model(model).generate(
+            generated = plain_model.generate(
                 batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
             )
         generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
@@ -491,7 +538,7 @@ def save_results(accelerator, args: LoopArguments, model, tokenizer, results: di
     """Save the model, its tokenizer and the results (`<split>_results.json`, `all_results.json`) in --output_dir;
     returns all results (also logged to the trackers)."""
     accelerator.wait_for_everyone()
-    accelerator.unwrap_model(model).save_pretrained(
+    accelerator.unwrap_model(model, keep_torch_compile=False).save_pretrained(
         args.output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save
     )
     all_results = {"train_runtime": round(runtime, 2), "train_steps": completed_steps}
