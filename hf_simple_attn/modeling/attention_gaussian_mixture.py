@@ -193,7 +193,8 @@ class GaussianMixtureHeads(AttentionHeads):
         elif not is_exporting() and context.query_start != 0:
             raise RuntimeError(
                 "gaussian_mixture with normalization 'none' (the synthesis network) accumulates its means over the "
-                "target positions; decoding from a later position needs the cache that holds the running sum"
+                "target positions; decoding from a later position needs the cache that holds the running sum: pass "
+                "on the `EncoderDecoderCache` the model returned as `outputs.cache`"
             )
         if state is not None:
             state[self.state_name] = means[:, :, -1, :]

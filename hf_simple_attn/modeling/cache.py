@@ -12,9 +12,15 @@ then costs O(window) per step while its length still counts every position.
 Cross-attention keys and values come from the encoder output, which `generate` repeats for every
 beam of a sentence; beam search only permutes the beams of each sentence, so reordering them is
 an identity on their content and is skipped (a copy of every cross cache each step otherwise).
+
+A cache built the transformers way (`DynamicCache()`, `DynamicCache(config=model.config)`,
+`EncoderDecoderCache(DynamicCache(...), DynamicCache(...))`) is taken over by `decoder_cache_for`: its empty
+`DynamicLayer`s are replaced in place by `SimpleAttnCacheLayer`s, so the object the user holds is the one the model
+fills and returns; a plain `DynamicCache` becomes the self-attention half of an `EncoderDecoderCache`. What cannot
+hold this model's decoding state is refused with a `ValueError` that names the cache and what to pass instead.
 """
 
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache, StaticLayer
 
 
 class SimpleAttnCacheLayer(DynamicLayer):
@@ -81,3 +87,128 @@ def new_decoder_cache(config) -> EncoderDecoderCache:
     return EncoderDecoderCache(
         SimpleAttnCache(config.decoder_layers), SimpleAttnCache(config.decoder_layers, beam_invariant=True)
     )
+
+
+WHAT_TO_PASS = (
+    "pass `model.new_cache()`, an empty `EncoderDecoderCache(DynamicCache(), DynamicCache())` or "
+    "`DynamicCache(config=model.config)`, or no cache (the model builds one)"
+)
+
+
+def decoder_families(config) -> list[str]:
+    """The attention families of the decoder's self- and cross-attention sublayers, sorted."""
+    layout = config.attention_layout
+    specs = [spec for site in ("decoder_self", "cross") for spec in layout[site] if spec is not None]
+    return sorted({group["kind"] for spec in specs for group in spec["groups"]})
+
+
+def describe_layout(config) -> str:
+    preset = getattr(config, "attention_preset", None)
+    layout = f"preset {preset!r}" if preset else "this attention layout"
+    return f"{layout} (decoder families: {', '.join(decoder_families(config)) or 'none'})"
+
+
+def keys_and_values_suffice(config, site: str, layer_idx: int) -> bool:
+    """Whether a cache layer's keys and values are all the decoding state of this sublayer: learned dot-product heads
+    only, which keep every position (no window, no per-step state, keys for every head)."""
+    spec = config.attention_layout[site][layer_idx]
+    return spec is not None and all(group["kind"] == "dot" for group in spec["groups"])
+
+
+def adopted_layer(layer: DynamicLayer, beam_invariant: bool) -> SimpleAttnCacheLayer:
+    """A `SimpleAttnCacheLayer` holding the keys and values of a filled `DynamicLayer`."""
+    new = SimpleAttnCacheLayer(beam_invariant)
+    new.device = layer.device
+    new.keys, new.values, new.is_initialized = layer.keys, layer.values, True
+    new.length = layer.values.shape[-2]
+    return new
+
+
+def converted_layers(config, cache: Cache, site: str, owner: str, beam_invariant: bool) -> list | None:
+    """The layers `cache` (one half of the decoder's cache, `site`: "decoder_self" or "cross") must have, or None
+    when they are already ours. Raises `ValueError` for a cache that cannot hold this model's decoding state."""
+    num_layers = len(config.attention_layout[site])
+    layers = list(cache.layers)
+    if len(layers) == num_layers and all(isinstance(layer, SimpleAttnCacheLayer) for layer in layers):
+        return None
+    where = f"{owner} ({type(cache).__name__})"
+    if isinstance(cache, EncoderDecoderCache):
+        raise ValueError(f"{where} is an EncoderDecoderCache inside an EncoderDecoderCache; {WHAT_TO_PASS}")
+    static = [layer for layer in layers if isinstance(layer, StaticLayer)]
+    if static:
+        raise ValueError(
+            f"{where} holds {type(static[0]).__name__}s: a StaticCache is not supported by this model with "
+            f"{describe_layout(config)}. A StaticCache pre-allocates max_cache_len positions, while these heads read "
+            "every cached position as a decoded one (and value-only heads, windowed heads and per-step state need "
+            f"the cache layers of `model.new_cache()`); {WHAT_TO_PASS}"
+        )
+    new_layers = []
+    for index in range(max(num_layers, len(layers))):
+        layer = layers[index] if index < len(layers) else None
+        # Not `get_seq_length`: a DynamicLayer reads it from the keys, which value-only heads and absent sublayers
+        # leave empty.
+        values = getattr(layer, "values", None)
+        is_filled = getattr(layer, "is_initialized", False) and values is not None and values.shape[-2] > 0
+        if index >= num_layers:
+            if is_filled:
+                raise ValueError(f"{where} has {len(layers)} filled layers; the decoder has {num_layers}")
+            continue  # an empty extra layer (a cache sized for another model): dropped
+        if isinstance(layer, SimpleAttnCacheLayer):
+            new_layers.append(layer)
+        elif layer is None or (type(layer) is DynamicLayer and not is_filled):
+            new_layers.append(SimpleAttnCacheLayer(beam_invariant))
+        elif type(layer) is DynamicLayer and keys_and_values_suffice(config, site, index):
+            new_layers.append(adopted_layer(layer, beam_invariant))
+        elif type(layer) is DynamicLayer:
+            raise ValueError(
+                f"{where} already holds keys and values at layer {index}, filled by another model or code: this "
+                f"model with {describe_layout(config)} keeps decoding state that a DynamicLayer does not hold "
+                "(positions of value-only heads, windows, per-step state), so only an empty DynamicCache is taken "
+                f"over; {WHAT_TO_PASS}"
+            )
+        else:
+            raise ValueError(
+                f"{where} holds a {type(layer).__name__} at layer {index}, which cannot hold this model's decoding "
+                f"state with {describe_layout(config)}; {WHAT_TO_PASS}"
+            )
+    return new_layers
+
+
+def decoder_cache_for(config, cache: Cache | None) -> EncoderDecoderCache:
+    """The cache the decoder runs with, for the `cache` argument of a forward pass or of `generate` (with `use_cache`).
+
+    None: a new cache (`new_decoder_cache`). An `EncoderDecoderCache`: the same object, its empty `DynamicLayer`s
+    replaced in place by `SimpleAttnCacheLayer`s (the keys and values of filled ones are adopted where they are all of
+    a layer's state: `dot` heads). A plain `DynamicCache`: converted in place and used as the self-attention half of a
+    new `EncoderDecoderCache`, which the model returns as its `cache`: pass that one on. Given the plain `DynamicCache`
+    again, the model computes the cross-attention keys and values again, and the GMM synthesis network (normalization
+    'none'), whose running means the cross-attention cache holds, raises. Anything else (a `StaticCache`, a quantized
+    cache, a legacy tuple, a cache another model filled for a family that keeps more than keys and values) raises an
+    error naming it and what to pass instead.
+    """
+    if cache is None:
+        return new_decoder_cache(config)
+    if isinstance(cache, (tuple, list)):
+        raise TypeError(
+            f"Passing a tuple for `cache` is not supported anymore. Please use a `Cache` instance: {WHAT_TO_PASS}"
+        )
+    if not isinstance(cache, Cache):
+        raise TypeError(f"cache: expected a transformers `Cache`, got {type(cache).__name__}; {WHAT_TO_PASS}")
+    if isinstance(cache, EncoderDecoderCache):
+        halves = (cache.self_attention_cache, cache.cross_attention_cache)
+    else:
+        halves = (cache, None)
+    self_layers = converted_layers(config, halves[0], "decoder_self", "the self-attention cache", beam_invariant=False)
+    cross_layers = None
+    if halves[1] is not None:
+        cross_layers = converted_layers(config, halves[1], "cross", "the cross-attention cache", beam_invariant=True)
+    # Checked every half before changing any.
+    for half, layers in zip(halves, (self_layers, cross_layers)):
+        if layers is not None:
+            half.layers = layers
+    if isinstance(cache, EncoderDecoderCache):
+        return cache
+    wrapped = EncoderDecoderCache(cache, SimpleAttnCache(config.decoder_layers, beam_invariant=True))
+    if getattr(cache, "_is_user_defined", False):
+        wrapped._is_user_defined = True  # `generate` returns a cache the user passed
+    return wrapped

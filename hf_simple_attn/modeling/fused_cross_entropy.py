@@ -84,7 +84,9 @@ def loss_and_gradients(
     weight = weight.detach().requires_grad_(needs_weight)
     bias = None if bias is None else bias.detach().requires_grad_(needs_bias)
     loss_sum = grad_weight = grad_bias = None
-    grad_hidden = []
+    # Several chunks write their rows of one gradient (a list joined at the end would hold it twice at the peak).
+    several_chunks = labels.shape[0] > chunk_size
+    grad_hidden = torch.empty_like(hidden_states) if needs_hidden and several_chunks else None
     with torch.autocast(device_type, enabled=False), torch.enable_grad():
         for start in range(0, labels.shape[0], chunk_size):
             hidden_chunk = hidden_states[start : start + chunk_size].detach().requires_grad_(needs_hidden)
@@ -103,17 +105,18 @@ def loss_and_gradients(
             chunk_gradients = list(torch.autograd.grad(chunk_loss, wanted)) if wanted else []
             chunk_loss = chunk_loss.detach()
             loss_sum = chunk_loss if loss_sum is None else loss_sum + chunk_loss
-            if needs_hidden:
-                grad_hidden.append(chunk_gradients.pop(0))
+            if needs_hidden and several_chunks:
+                grad_hidden[start : start + chunk_size] = chunk_gradients.pop(0)
+            elif needs_hidden:
+                grad_hidden = chunk_gradients.pop(0)
             if needs_weight:
                 gradient = chunk_gradients.pop(0)
-                grad_weight = gradient if grad_weight is None else grad_weight + gradient
+                grad_weight = gradient if grad_weight is None else grad_weight.add_(gradient)
             if needs_bias:
                 gradient = chunk_gradients.pop(0)
-                grad_bias = gradient if grad_bias is None else grad_bias + gradient
+                grad_bias = gradient if grad_bias is None else grad_bias.add_(gradient)
     if loss_sum is None:  # no tokens at all
         loss_sum = hidden_states.new_zeros((), dtype=accumulate_dtype)
-    grad_hidden = (grad_hidden[0] if len(grad_hidden) == 1 else torch.cat(grad_hidden)) if needs_hidden else None
     return loss_sum, grad_hidden, grad_weight, grad_bias
 
 

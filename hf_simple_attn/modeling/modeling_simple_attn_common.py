@@ -35,9 +35,11 @@ class SimpleAttnBasePreTrainedModel(PreTrainedModel):
         """Refuse what the `dot` heads cannot run (flash, flex, hub kernels, other registered functions) instead of
         silently running SDPA; the other families compute their weights their own way whatever is set."""
         if attn_implementation is not None and attn_implementation not in ATTN_IMPLEMENTATIONS:
+            # transformers' wording (`PreTrainedModel.get_correct_attn_implementation`, matched by its common tests).
             raise ValueError(
-                f'attn_implementation="{attn_implementation}" is not supported by {type(self).__name__}: '
-                f"expected one of {list(ATTN_IMPLEMENTATIONS)}"
+                f'Specified `attn_implementation="{attn_implementation}"` is not supported. The only possible '
+                f'arguments are `attn_implementation="eager"`, `"attn_implementation=sdpa"`: the `dot` heads of '
+                f"{type(self).__name__} run no other"
             )
         return super()._check_and_adjust_attn_implementation(attn_implementation, *args, **kwargs)
 

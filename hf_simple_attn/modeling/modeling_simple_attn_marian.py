@@ -11,8 +11,9 @@ from torch import nn
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationMode
+from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -26,7 +27,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import SimpleAttention, tie_query_key_projections
 from .attention_registry import AttentionContext
-from .cache import new_decoder_cache
+from .cache import decoder_cache_for, describe_layout, new_decoder_cache
 from .candidate_vocabulary import CandidateVocabulary, beam_fill_token
 from .configuration_simple_attn import SimpleAttnMarianConfig
 from .fused_cross_entropy import chunked_cross_entropy
@@ -293,8 +294,8 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and cache is None:
-            cache = new_decoder_cache(self.config)
+        if use_cache:  # ours, new or given; a cache built the transformers way is taken over (`decoder_cache_for`)
+            cache = decoder_cache_for(self.config, cache)
         if not use_cache:
             cache = None
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -755,7 +756,14 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         self, inputs_tensor, model_kwargs, model_input_name, generation_config
     ):
         """With `use_shortlist`, also look the source tokens up once per call: every decoding step gets the
-        batch's candidates as `output_vocab_mask` (one row, their union; `generate` repeats it, not changing it)."""
+        batch's candidates as `output_vocab_mask` (one row, their union; `generate` repeats it, not changing it).
+
+        An attention mask without padding is dropped first: the encoder and every decoding step then run without
+        masks (SDPA's unmasked kernel, no mask operators). Asking whether it holds padding reads the mask once per
+        call, before decoding, where the forward itself never reads a tensor's value."""
+        attention_mask = model_kwargs.get("attention_mask")
+        if attention_mask is not None and not torch.compiler.is_compiling() and bool(attention_mask.all()):
+            model_kwargs = {name: value for name, value in model_kwargs.items() if name != "attention_mask"}
         model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
             inputs_tensor, model_kwargs, model_input_name, generation_config
         )
@@ -781,12 +789,29 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         return getattr(self, "hf_quantizer", None) is None or self.hf_quantizer.is_compileable
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        """Give `generate` our cache (value-only heads, absent sublayers) unless the user brought one."""
+        """Give `generate` our cache (value-only heads, absent sublayers, per-step state) unless the user brought one,
+        which is taken over before the first step (`decoder_cache_for`: a fresh `DynamicCache` or `EncoderDecoderCache`
+        becomes ours in place; a `StaticCache` and other caches that cannot hold the decoding state are refused)."""
         if model_kwargs.get("cache") is None and generation_config.use_cache is not False:
             if generation_config.cache_implementation in (None, "dynamic"):
                 model_kwargs["cache"] = new_decoder_cache(self.config)
                 return
+            if generation_config.cache_implementation in ALL_STATIC_CACHE_IMPLEMENTATIONS:
+                raise ValueError(
+                    f"generate: cache_implementation={generation_config.cache_implementation!r} builds a StaticCache, "
+                    f"which is not supported by {type(self).__name__} with {describe_layout(self.config)}: its heads "
+                    "read every cached position as a decoded one, while a StaticCache pre-allocates max_cache_len "
+                    "positions; leave cache_implementation unset (or 'dynamic'), or pass `cache=model.new_cache()`"
+                )
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        if model_kwargs.get("cache") is not None:
+            model_kwargs["cache"] = decoder_cache_for(self.config, model_kwargs["cache"])
+
+    def new_cache(self) -> EncoderDecoderCache:
+        """An empty decoding cache for this model, to pass as `cache=` to `forward` or `generate` (whose output's
+        `cache` it then is). A fresh transformers `DynamicCache` or `EncoderDecoderCache` works too: the model takes
+        it over at its first use."""
+        return new_decoder_cache(self.config)
 
 
 __all__ = [

@@ -1,0 +1,230 @@
+"""Caches built the transformers way (`DynamicCache(config=...)`, `DynamicCache()`,
+`EncoderDecoderCache(DynamicCache(), DynamicCache())`) work with every attention family, in greedy and beam search and
+step by step: the model takes them over in place (`cache.decoder_cache_for`). What cannot hold a family's decoding
+state (a `StaticCache`, a cache another model filled) is refused with an error naming it and what to pass instead.
+"""
+
+import re
+
+import pytest
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, StaticCache
+
+from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer, decoder_families
+
+from conftest import TINY_MARIAN, make_model
+
+
+PAD = TINY_MARIAN["pad_token_id"]
+SOURCE = torch.tensor([[5, 6, 7, 8, 9, 10, 0], [11, 12, 13, 0, PAD, PAD, PAD]])
+SOURCE_MASK = (SOURCE != PAD).long()
+TARGET = torch.tensor([[PAD, 14, 15, 16, 17, 18], [PAD, 19, 20, 21, 22, 23]])
+# One preset of each family, and the layouts whose caches differ: windowed hard-coded self attention (`keep_last`),
+# a decoder without self attention (empty cache layers that count positions), cross attention in one layer only,
+# the GMM synthesis network (its running means in the cache layers' `states`); the `local` presets are local in the
+# encoder only, so one layout has it in the decoder; and one with every family at every site it allows.
+EVERY_FAMILY = {
+    site: {"head_dim": 8, "groups": [{"kind": kind, "num_heads": 1} for kind in kinds]}
+    for site, kinds in {
+        "encoder_self": ["dot", "hard_coded", "hard_retrieval", "local", "random_synthesizer", "recurrent"],
+        "decoder_self": ["dot", "hard_coded", "hard_retrieval", "local", "random_synthesizer", "recurrent"],
+        "cross": ["dot", "gaussian_mixture", "hard_coded", "hard_retrieval"],
+    }.items()
+}
+CASES = {  # name: (preset, layout)
+    **{
+        preset: (preset, None)
+        for preset in ("base", "hc-sa", "hc-all", "ran-d", "syn-r", "local-all", "gmm", "gmm-synthesis", "hard-dec")
+    },
+    "base-no-sa": ("base-no-sa", None),
+    "sh-x": ("sh-x", None),
+    "local-decoder": (None, {"decoder_self": {"kind": "local", "masks": ["prev-1", "identity", "prev-2", "band-2"]}}),
+    "every-family": (None, EVERY_FAMILY),
+}
+USER_CACHES = {
+    "DynamicCache(config)": lambda model: DynamicCache(config=model.config),
+    "DynamicCache()": lambda model: DynamicCache(),
+    "EncoderDecoderCache(DynamicCache(config), DynamicCache(config))": lambda model: EncoderDecoderCache(
+        DynamicCache(config=model.config), DynamicCache(config=model.config)
+    ),
+    "EncoderDecoderCache(DynamicCache(), DynamicCache())": lambda model: EncoderDecoderCache(
+        DynamicCache(), DynamicCache()
+    ),
+    "model.new_cache()": lambda model: model.new_cache(),
+}
+
+
+def generate(model, num_beams: int, **kwargs):
+    return model.generate(
+        input_ids=SOURCE,
+        attention_mask=SOURCE_MASK,
+        max_new_tokens=7,
+        num_beams=num_beams,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_scores=True,
+        **kwargs,
+    )
+
+
+def decoder_cache_of(cache):
+    """The self-attention half of what the user passed: the cache itself, or its self-attention cache."""
+    return cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("case", CASES)
+def test_generate_with_a_user_built_cache_equals_generate_with_ours(case, num_beams):
+    model = make_model(*CASES[case])
+    with torch.no_grad():
+        expected = generate(model, num_beams)
+        for name, build in USER_CACHES.items():
+            cache = build(model)
+            output = generate(model, num_beams, cache=cache)
+            assert output.sequences.tolist() == expected.sequences.tolist(), name
+            if num_beams > 1:
+                torch.testing.assert_close(output.sequences_scores, expected.sequences_scores, atol=1e-5, rtol=0)
+            # The object the user holds is the one generate filled: the returned cache, or its self-attention half.
+            returned = output.cache
+            assert (
+                returned is cache if isinstance(cache, EncoderDecoderCache) else returned.self_attention_cache is cache
+            )
+            assert all(isinstance(layer, SimpleAttnCacheLayer) for layer in decoder_cache_of(cache).layers), name
+            assert decoder_cache_of(cache).get_seq_length() == output.sequences.shape[1] - 1, name
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_decoding_step_by_step_with_a_user_built_cache_equals_the_full_forward(case):
+    """The user's `EncoderDecoderCache` passed again at each step (the object the model fills); a plain `DynamicCache`
+    passed once, then the `EncoderDecoderCache` the model returns around it."""
+    model = make_model(*CASES[case])
+    with torch.no_grad():
+        full = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
+        encoder_outputs = model.get_encoder()(input_ids=SOURCE, attention_mask=SOURCE_MASK)
+        for name in ("EncoderDecoderCache(DynamicCache(config), DynamicCache(config))", "DynamicCache(config)"):
+            user_cache = cache = USER_CACHES[name](model)
+            steps = []
+            for position in range(TARGET.shape[1]):
+                output = model(
+                    encoder_outputs=encoder_outputs,
+                    attention_mask=SOURCE_MASK,
+                    decoder_input_ids=TARGET[:, position : position + 1],
+                    cache=cache,
+                    use_cache=True,
+                )
+                if isinstance(user_cache, EncoderDecoderCache):
+                    assert output.cache is user_cache
+                else:
+                    assert output.cache.self_attention_cache is user_cache
+                    cache = output.cache
+                steps.append(output.logits)
+            torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0, msg=name)
+
+
+def test_a_plain_dynamic_cache_passed_at_every_step_recomputes_the_cross_attention():
+    """Without the returned `EncoderDecoderCache`, each step projects the encoder output again: same logits."""
+    model = make_model("hc-sa")
+    with torch.no_grad():
+        full = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
+        encoder_outputs = model.get_encoder()(input_ids=SOURCE, attention_mask=SOURCE_MASK)
+        cache = DynamicCache(config=model.config)
+        steps = [
+            model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=SOURCE_MASK,
+                decoder_input_ids=TARGET[:, position : position + 1],
+                cache=cache,
+                use_cache=True,
+            ).logits
+            for position in range(TARGET.shape[1])
+        ]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_a_plain_dynamic_cache_passed_again_cannot_carry_the_running_means_of_the_gmm_synthesis_network():
+    """Those means live in the cross-attention cache, which only the returned `EncoderDecoderCache` holds."""
+    model = make_model("gmm-synthesis")
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(input_ids=SOURCE, attention_mask=SOURCE_MASK)
+        step = dict(encoder_outputs=encoder_outputs, attention_mask=SOURCE_MASK, cache=cache, use_cache=True)
+        model(decoder_input_ids=TARGET[:, :1], **step)
+        with pytest.raises(RuntimeError, match="needs the cache that holds the running sum"):
+            model(decoder_input_ids=TARGET[:, 1:2], **step)
+
+
+def filled_transformers_cache(cache: EncoderDecoderCache) -> EncoderDecoderCache:
+    """The same keys and values in transformers' own `DynamicLayer`s (as another model or code would leave them)."""
+    return EncoderDecoderCache(
+        *(
+            DynamicCache([(layer.keys, layer.values) for layer in half.layers])
+            for half in (cache.self_attention_cache, cache.cross_attention_cache)
+        )
+    )
+
+
+def test_a_dot_product_model_continues_a_cache_of_transformers_layers():
+    """`dot` heads keep nothing but keys and values: a filled `DynamicLayer` cache is adopted."""
+    model = make_model("base")
+    with torch.no_grad():
+        full = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
+        prefix = model(
+            input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET[:, :4], cache=model.new_cache()
+        )
+        cache = filled_transformers_cache(prefix.cache)
+        step = model(
+            input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET[:, 4:], cache=cache, use_cache=True
+        )
+    assert step.cache is cache and cache.get_seq_length() == TARGET.shape[1]
+    torch.testing.assert_close(step.logits, full[:, 4:], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("preset", ["hc-sa", "gmm-synthesis", "base-no-sa"])
+def test_a_cache_of_transformers_layers_filled_elsewhere_is_refused_where_it_lacks_decoding_state(preset):
+    model = make_model(preset)
+    with torch.no_grad():
+        prefix = model(
+            input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET[:, :4], cache=model.new_cache()
+        )
+        cache = filled_transformers_cache(prefix.cache)
+        message = rf"\(DynamicCache\) already holds keys and values .*preset '{preset}'.*model\.new_cache\(\)"
+        with pytest.raises(ValueError, match=message):
+            model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET[:, 4:], cache=cache)
+    # Refused before any change: the caller's cache still holds transformers' layers.
+    assert all(type(layer).__name__ == "DynamicLayer" for layer in cache.self_attention_cache.layers)
+
+
+def static_cache(model) -> EncoderDecoderCache:
+    return EncoderDecoderCache(
+        StaticCache(config=model.config, max_cache_len=16), StaticCache(config=model.config, max_cache_len=7)
+    )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_static_cache_is_refused_naming_the_family_and_what_to_pass(case):
+    preset, layout = CASES[case]
+    model = make_model(preset, layout)
+    layout_name = f"preset '{preset}'" if preset else "this attention layout"
+    families = re.escape(", ".join(decoder_families(model.config)))
+    message = rf"StaticCache is not supported .*{layout_name} \(decoder families: {families}\).*model\.new_cache\(\)"
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=message):
+            generate(model, 1, cache=static_cache(model))
+        with pytest.raises(ValueError, match=message):
+            model(input_ids=SOURCE, decoder_input_ids=TARGET, cache=static_cache(model), use_cache=True)
+        with pytest.raises(ValueError, match=r"cache_implementation='static' builds a StaticCache, which is not"):
+            generate(model, 1, cache_implementation="static")
+
+
+def test_a_legacy_tuple_cache_is_refused():
+    model = make_model("base")
+    legacy = tuple((torch.zeros(2, 4, 1, 8),) * 4 for _ in range(3))
+    with pytest.raises(TypeError, match=r"Passing a tuple for `cache` is not supported anymore.*model\.new_cache\(\)"):
+        model(input_ids=SOURCE, decoder_input_ids=TARGET[:, :1], cache=legacy, use_cache=True)
+
+
+def test_an_unknown_attn_implementation_is_refused_in_transformers_words():
+    model = make_model("base")
+    with pytest.raises(ValueError, match=re.escape('Specified `attn_implementation="foo"` is not supported')):
+        model.set_attn_implementation("foo")
+    assert model.config._attn_implementation == "sdpa"
