@@ -743,8 +743,8 @@ def test_glue_trains_compiled_and_saves_the_plain_model(run_glue, tmp_path, monk
 
 def test_summarization_trains_compiled_with_the_eager_loss(run_summarization, tmp_path, monkeypatch, dynamo_counters):
     """--torch_compile_backend aot_eager with a hard-retrieval preset and label smoothing: the compiled model (one graph,
-    inputs padded to one shape) computes its smoothed training loss from the full logits, the eager one in chunks, and
-    both log the same losses (aot_eager runs eager kernels: the second step starts from the same weights); evaluation
+    inputs padded to one shape) computes its smoothed training loss in chunks as the eager one does, and both log the
+    same losses (aot_eager runs eager kernels: the second step starts from the same weights); evaluation
     generates summaries; the saved model is the plain one and gives the trained model's logits."""
     from accelerate.utils import is_compiled_module
     from transformers import AutoTokenizer

@@ -428,8 +428,7 @@ def training_step(accelerator: Accelerator, args: LoopArguments, model, batch, o
     """One forward and backward pass (an optimizer step once the gradients of --gradient_accumulation_steps
     batches are accumulated); returns the batch's loss (with --label_smoothing_factor, the smoothed one)."""
     with accelerator.accumulate(model):
-        # The model smooths its loss itself, which it computes in chunks without full logits in training (compiled,
-        # from the full logits).
+        # The model smooths its loss itself, which it computes in chunks without full logits in training.
         loss = model(**batch, label_smoothing=args.label_smoothing_factor).loss
         accelerator.backward(loss)
         if accelerator.sync_gradients and args.max_grad_norm > 0:

@@ -70,8 +70,7 @@ class SimpleAttnMarianConfig(MarianConfig):
         gradients (`fused_cross_entropy.py`): the (tokens, vocabulary) logits of the whole batch, the largest
         activation of a translation model, are never held at once, and `logits` is None in the output. Nothing
         is recomputed; the output layer's weight gradient is held from forward to backward instead. 0 computes
-        the full logits as in evaluation, as does a model under `torch.compile` (each chunk's backward runs inside
-        the forward, which the compiler cannot trace). The loss is the same either way (up to rounding).
+        the full logits as in evaluation. The loss is the same either way (up to rounding).
     shortlist_top_k (`int`, *optional*, defaults to 0):
         Columns of the vocabulary shortlist's table (`vocab_shortlist.py`): the target tokens kept per source
         token. 0: no shortlist. Set with the table by `set_vocab_shortlist`; used by `generate(use_shortlist=True)`.

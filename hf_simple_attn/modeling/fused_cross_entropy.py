@@ -29,9 +29,9 @@ def chunked_cross_entropy(
     computed `chunk_size` target tokens at a time (`FusedLinearCrossEntropy`).
 
     hidden_states: (..., d_model); weight: (vocab, d_model); bias: (vocab,) or None; labels: (...), -100 where
-    nothing is scored. Without scored tokens the sum is 0 and the gradients are zero. Ignored tokens are skipped by
-    the loss, not removed from the batch: their number depends on the labels' values, which would make the forward
-    wait for the device.
+    nothing is scored. Without scored tokens the sum is 0 and the gradients are zero. Ignored tokens are masked out,
+    not removed from the batch: how many there are depends on the labels' values, which would make the forward wait
+    for the device (and break a compiled graph).
     """
     hidden_states, labels = hidden_states.flatten(0, -2), labels.flatten()  # (tokens, d_model), (tokens,)
     inputs = (hidden_states, weight, bias)
@@ -71,52 +71,66 @@ def loss_and_gradients(
     needs_gradients: tuple[bool, bool, bool],
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """The summed loss of hidden_states (tokens, d_model) against labels (tokens,), and its gradients with respect
-    to hidden_states, weight and bias where `needs_gradients` says so (None elsewhere), one chunk at a time: each
-    chunk's logits, loss (torch's `cross_entropy`, transformers' `LabelSmoother` formula) and their backward are
-    computed together, then the chunk's logits are dropped.
+    to hidden_states, weight and bias where `needs_gradients` says so (None elsewhere), one chunk at a time, in place
+    in the chunk's one vocabulary-sized tensor.
+
+    Per token with logits z over V entries, ε = label_smoothing (transformers' `LabelSmoother` formula, torch's
+    `cross_entropy`): loss = (1 - ε)·(logsumexp(z) - z[label]) + ε·(logsumexp(z) - mean(z)), whose gradient with
+    respect to z is softmax(z) - (1 - ε)·onehot(label) - ε/V; zero for an ignored token (label -100).
     """
     device_type = hidden_states.device.type
     autocast = torch.is_autocast_enabled(device_type)
     dtype = torch.get_autocast_dtype(device_type) if autocast else hidden_states.dtype
     accumulate_dtype = torch.promote_types(dtype, torch.float32)
+    vocab_size = weight.shape[0]
     needs_hidden, needs_weight, needs_bias = needs_gradients
-    # Leaves of this function's own small graphs, one per chunk.
-    weight = weight.detach().requires_grad_(needs_weight)
-    bias = None if bias is None else bias.detach().requires_grad_(needs_bias)
-    loss_sum = grad_weight = grad_bias = None
-    # Several chunks write their rows of one gradient (a list joined at the end would hold it twice at the peak).
-    several_chunks = labels.shape[0] > chunk_size
-    grad_hidden = torch.empty_like(hidden_states) if needs_hidden and several_chunks else None
-    with torch.autocast(device_type, enabled=False), torch.enable_grad():
+    scored = (labels != -100)[:, None]  # (tokens, 1)
+    labels = labels.clamp(min=0)[:, None]  # an index for every token; ignored ones are masked out below
+    grad_hidden = torch.empty_like(hidden_states) if needs_hidden else None
+    grad_weight = torch.zeros_like(weight, dtype=accumulate_dtype) if needs_weight else None
+    grad_bias = torch.zeros_like(bias, dtype=accumulate_dtype) if needs_bias else None
+    loss_sum = hidden_states.new_zeros((), dtype=accumulate_dtype)
+    with torch.autocast(device_type, enabled=False):
+        compute_weight = weight.to(dtype)
+        compute_bias = None if bias is None else bias.to(dtype)
         for start in range(0, labels.shape[0], chunk_size):
-            hidden_chunk = hidden_states[start : start + chunk_size].detach().requires_grad_(needs_hidden)
-            wanted = [tensor for tensor, needed in zip((hidden_chunk, weight, bias), needs_gradients) if needed]
-            if bias is None:
-                logits = hidden_chunk.to(dtype) @ weight.to(dtype).T
+            hidden_chunk = hidden_states[start : start + chunk_size].to(dtype)  # (chunk, d_model)
+            label_chunk, scored_chunk = labels[start : start + chunk_size], scored[start : start + chunk_size]
+            if compute_bias is None:
+                logits = hidden_chunk @ compute_weight.T
             else:
-                logits = torch.addmm(bias.to(dtype), hidden_chunk.to(dtype), weight.to(dtype).T)
-            # (chunk, vocab) in float32 (as autocast runs cross_entropy): the one vocabulary-sized tensor of the chunk
-            chunk_loss = torch.nn.functional.cross_entropy(
-                logits.to(accumulate_dtype),
-                labels[start : start + chunk_size],
-                label_smoothing=label_smoothing,
-                reduction="sum",
-            )
-            chunk_gradients = list(torch.autograd.grad(chunk_loss, wanted)) if wanted else []
-            chunk_loss = chunk_loss.detach()
-            loss_sum = chunk_loss if loss_sum is None else loss_sum + chunk_loss
-            if needs_hidden and several_chunks:
-                grad_hidden[start : start + chunk_size] = chunk_gradients.pop(0)
-            elif needs_hidden:
-                grad_hidden = chunk_gradients.pop(0)
-            if needs_weight:
-                gradient = chunk_gradients.pop(0)
-                grad_weight = gradient if grad_weight is None else grad_weight.add_(gradient)
+                logits = torch.addmm(compute_bias, hidden_chunk, compute_weight.T)
+            logits = logits.to(accumulate_dtype)  # (chunk, vocab), the one vocabulary-sized tensor of the chunk
+            max_logits = logits.amax(dim=-1, keepdim=True)  # (chunk, 1)
+            token_losses = -logits.gather(1, label_chunk)  # (chunk, 1)
+            if label_smoothing:
+                token_losses = (1 - label_smoothing) * token_losses - label_smoothing * logits.mean(-1, keepdim=True)
+            # Softmax in place of the logits.
+            probabilities = logits.sub_(max_logits).exp_()
+            exp_sums = probabilities.sum(dim=-1, keepdim=True)
+            probabilities /= exp_sums
+            token_losses = token_losses + max_logits + exp_sums.log()
+            loss_sum += torch.where(scored_chunk, token_losses, 0.0).sum()
+            if not any(needs_gradients):
+                continue
+            grad_logits = probabilities  # (chunk, vocab)
+            if label_smoothing:
+                grad_logits -= label_smoothing / vocab_size
+            grad_logits.scatter_add_(1, label_chunk, grad_logits.new_full(label_chunk.shape, label_smoothing - 1))
+            grad_logits *= scored_chunk
             if needs_bias:
-                gradient = chunk_gradients.pop(0)
-                grad_bias = gradient if grad_bias is None else grad_bias.add_(gradient)
-    if loss_sum is None:  # no tokens at all
-        loss_sum = hidden_states.new_zeros((), dtype=accumulate_dtype)
+                grad_bias += grad_logits.sum(0)
+            grad_logits = grad_logits.to(dtype)
+            if needs_hidden:
+                grad_hidden[start : start + chunk_size] = grad_logits @ compute_weight
+            if needs_weight and dtype == accumulate_dtype:
+                grad_weight.addmm_(grad_logits.T, hidden_chunk)
+            elif needs_weight:  # half-precision products, summed over the chunks in float32
+                grad_weight += grad_logits.T @ hidden_chunk
+    if grad_weight is not None:
+        grad_weight = grad_weight.to(weight.dtype)
+    if grad_bias is not None:
+        grad_bias = grad_bias.to(bias.dtype)
     return loss_sum, grad_hidden, grad_weight, grad_bias
 
 

@@ -571,8 +571,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
 
         In training with labels and `config.loss_chunk_size` > 0 the loss is computed chunk by chunk together with
         its gradients (`fused_cross_entropy.py`) and `logits` is None, as with fused-loss kernels (Liger); otherwise
-        (and when `lm_head` is not a plain `nn.Linear`, see `lm_head_is_plain`, or under `torch.compile`) `logits` is
-        (batch, tgt_len, vocab).
+        (and when `lm_head` is not a plain `nn.Linear`, see `lm_head_is_plain`) `logits` is (batch, tgt_len, vocab).
         """
         label_smoothing = kwargs.pop("label_smoothing", 0.0)
         if candidate_vocabulary is not None:
@@ -601,8 +600,7 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         if labels is not None and output_vocab_mask is not None:
             raise ValueError("output_vocab_mask restricts the logits generation decodes over; pass it without labels")
         loss = logits = None
-        chunked_loss = self.config.loss_chunk_size > 0 and not torch.compiler.is_compiling()
-        if labels is not None and self.training and chunked_loss and self.lm_head_is_plain():
+        if labels is not None and self.training and self.config.loss_chunk_size > 0 and self.lm_head_is_plain():
             loss = chunked_cross_entropy(
                 outputs.last_hidden_state,
                 self.lm_head.weight,
