@@ -3,7 +3,8 @@ or reads a tensor's value on the host, and `torch.compile(model, fullgraph=True)
 
 `torch._dynamo.explain` traces without compiling, so it runs over every preset; the compiled steps use the
 `aot_eager` backend (dynamo and AOTAutograd's forward and backward graphs, without inductor's code generation, which
-takes a minute per model on the CPU) for one preset of each family, and inductor itself for one preset.
+takes a minute per model on the CPU) for one preset of each family. Inductor itself compiles a training run of
+`training/run_translation.py --torch_compile` (tests/test_training_translation.py).
 """
 
 import pytest
@@ -112,8 +113,8 @@ def test_encoder_forwards_have_no_graph_break_and_no_host_read(preset):
     with HostReads() as reads:
         classify(input_ids, attention_mask, labels).backward()
     assert reads.reads == []
-    assert graph_breaks(classify, input_ids, attention_mask, labels) == []
-    model.eval()
+    # Training mode only: evaluation runs the same code without dropout (hard retrieval's arg-max path is traced in
+    # evaluation by the seq2seq test of `hard-all`).
     assert graph_breaks(classify, input_ids, attention_mask, labels) == []
 
 
@@ -167,17 +168,6 @@ def test_fullgraph_compiled_cached_decoding_steps_equal_eager(preset):
                 logits.append(step.logits)
         steps.append(torch.cat(logits, dim=1))
     torch.testing.assert_close(steps[1], steps[0], atol=1e-5, rtol=1e-5)
-
-
-def test_inductor_compiles_a_training_step_and_generate_equals_eager():
-    torch._dynamo.reset()
-    model = make_model("hc-sa", dropout=0.0).train()
-    (eager_loss, eager_gradients), (compiled_loss, compiled_gradients) = compiled_and_eager_training_steps(
-        model, "inductor"
-    )
-    torch.testing.assert_close(compiled_loss, eager_loss, atol=1e-5, rtol=1e-5)
-    for name, gradient in eager_gradients.items():
-        torch.testing.assert_close(compiled_gradients[name], gradient, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_generate_with_a_compile_config_runs_compiled_decoding_steps_and_equals_eager():
