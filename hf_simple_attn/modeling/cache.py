@@ -196,6 +196,8 @@ def decoder_cache_for(config, cache: Cache | None) -> EncoderDecoderCache:
         raise TypeError(f"cache: expected a transformers `Cache`, got {type(cache).__name__}; {WHAT_TO_PASS}")
     if isinstance(cache, EncoderDecoderCache):
         halves = (cache.self_attention_cache, cache.cross_attention_cache)
+        if all(type(half) is SimpleAttnCache for half in halves):  # ours (every decoding step): nothing to check
+            return cache
     else:
         halves = (cache, None)
     self_layers = converted_layers(config, halves[0], "decoder_self", "the self-attention cache", beam_invariant=False)
