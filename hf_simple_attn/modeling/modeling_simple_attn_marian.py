@@ -760,7 +760,12 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         masks (SDPA's unmasked kernel, no mask operators). Asking whether it holds padding reads the mask once per
         call, before decoding, where the forward itself never reads a tensor's value."""
         attention_mask = model_kwargs.get("attention_mask")
-        if attention_mask is not None and not torch.compiler.is_compiling() and bool(attention_mask.all()):
+        if (
+            attention_mask is not None
+            and not torch.compiler.is_compiling()
+            and attention_mask.shape == inputs_tensor.shape[:2]  # a mask of the wrong shape reaches the check
+            and bool(attention_mask.all())
+        ):
             model_kwargs = {name: value for name, value in model_kwargs.items() if name != "attention_mask"}
         model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
             inputs_tensor, model_kwargs, model_input_name, generation_config
