@@ -1,27 +1,55 @@
 """Every preset compiles: no forward (training with labels, evaluation, a cached decoding step) breaks the graph
 or reads a tensor's value on the host, and `torch.compile(model, fullgraph=True)` trains and decodes as eager does.
 
-`torch._dynamo.explain` traces without compiling, so it runs over every preset; the compiled steps use the
+`torch._dynamo.explain` traces without compiling, so it runs over every preset, each at the fewest layers that hold
+every distinct layer of its layout (tracing takes about a second a layer); the compiled steps use the
 `aot_eager` backend (dynamo and AOTAutograd's forward and backward graphs, without inductor's code generation, which
 takes a minute per model on the CPU) for one preset of each family. Inductor itself compiles a training run of
 `training/run_translation.py --torch_compile` (tests/test_training_translation.py).
 """
+
+import json
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import CompileConfig
 
-from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForSequenceClassification
+from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForSequenceClassification, SimpleAttnMarianConfig
 from hf_simple_attn.modeling.presets import list_presets
 
-from conftest import TINY_BERT, make_model, padded_bert_batch
+from conftest import TINY_BERT, TINY_MARIAN, make_model, padded_bert_batch
 
 
-# Two layers a stack: every family's code runs, at a tracing cost small enough for all 65 presets.
-DEPTH = dict(encoder_layers=2, decoder_layers=2)
 # One preset of each family (dot, hard_coded, recurrent, random_synthesizer, local, gaussian_mixture, hard_retrieval).
 FAMILY_PRESETS = ["base", "hc-all", "ran-all", "syn-r", "local-all", "gmm", "hard-dec"]
+
+
+def distinct_layers(config) -> dict[str, set[str]]:
+    """{site: its distinct layer specs} of a config's attention layout."""
+    return {
+        site: {json.dumps(spec, sort_keys=True) for spec in specs} for site, specs in config.attention_layout.items()
+    }
+
+
+def fewest_layers(config_class, preset: str, depth_fields: tuple[str, ...], **size) -> dict[str, int]:
+    """The fewest layers a stack at which `preset` still holds every distinct layer (head groups, sharing, sublayers)
+    it has at its default depth, as config overrides: the depth at which tracing it runs all of its code."""
+    default_config = config_class.from_preset(preset, **size)
+    all_layers = distinct_layers(default_config)
+    default_depth = max(getattr(default_config, field) for field in depth_fields)
+    for depth in range(1, default_depth):
+        depth_overrides = dict.fromkeys(depth_fields, depth)
+        if distinct_layers(config_class.from_preset(preset, **size, **depth_overrides)) == all_layers:
+            return depth_overrides
+    return dict.fromkeys(depth_fields, default_depth)
+
+
+def shallowest_model(preset: str, **overrides):
+    """`make_model(preset)` at the fewest layers that hold all of the preset's code."""
+    size = {name: value for name, value in TINY_MARIAN.items() if not name.endswith("_layers")}
+    depth = fewest_layers(SimpleAttnMarianConfig, preset, ("encoder_layers", "decoder_layers"), **size)
+    return make_model(preset, **depth, **overrides)
 
 
 def seq2seq_batch():
@@ -73,7 +101,7 @@ def cached_step_inputs(model, source, mask, labels):
 
 @pytest.mark.parametrize("preset", list_presets("seq2seq"))
 def test_seq2seq_forwards_have_no_graph_break_and_no_host_read(preset):
-    model = make_model(preset, **DEPTH, dropout=0.1, attention_dropout=0.1)
+    model = shallowest_model(preset, dropout=0.1, attention_dropout=0.1)
     source, mask, labels = seq2seq_batch()
 
     def train(source, mask, labels):
@@ -102,7 +130,9 @@ def test_seq2seq_forwards_have_no_graph_break_and_no_host_read(preset):
 @pytest.mark.parametrize("preset", list_presets("encoder"))
 def test_encoder_forwards_have_no_graph_break_and_no_host_read(preset):
     torch.manual_seed(0)
-    config = SimpleAttnBertConfig.from_preset(preset, **{**TINY_BERT, "num_hidden_layers": 2}, num_labels=3)
+    size = {name: value for name, value in TINY_BERT.items() if name != "num_hidden_layers"}
+    depth = fewest_layers(SimpleAttnBertConfig, preset, ("num_hidden_layers",), **size)
+    config = SimpleAttnBertConfig.from_preset(preset, **size, **depth, num_labels=3)
     model = SimpleAttnBertForSequenceClassification(config)
     input_ids, attention_mask = padded_bert_batch([6, 4])
     labels = torch.tensor([0, 2])
@@ -137,7 +167,7 @@ def compiled_and_eager_training_steps(model, backend: str):
 @pytest.mark.parametrize("preset", FAMILY_PRESETS)
 def test_fullgraph_compiled_training_step_equals_eager(preset):
     torch._dynamo.reset()
-    model = make_model(preset, dropout=0.0).train()
+    model = shallowest_model(preset, dropout=0.0).train()
     (eager_loss, eager_gradients), (compiled_loss, compiled_gradients) = compiled_and_eager_training_steps(
         model, "aot_eager"
     )
@@ -150,7 +180,7 @@ def test_fullgraph_compiled_training_step_equals_eager(preset):
 @pytest.mark.parametrize("preset", FAMILY_PRESETS)
 def test_fullgraph_compiled_cached_decoding_steps_equal_eager(preset):
     torch._dynamo.reset()
-    model = make_model(preset)
+    model = shallowest_model(preset)
     source, mask, labels = seq2seq_batch()
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     steps = []

@@ -33,7 +33,7 @@ def test_both_scripts_start_with_the_same_install():
     assert "python training/run_translation.py \\\n  --dataset_name embedded --attention_preset hc-sa" in main_job
     assert "pipeline('translation', model='runs/hc-sa-en-de', trust_remote_code=True)" in main_job
     assert commands((REPO_ROOT / "scripts" / "test.sh").read_text(encoding="utf-8"))[-1] == (
-        'python -m pytest -q -p no:cacheprovider "$@"'
+        'python -m pytest -q -p no:cacheprovider -n auto --dist loadfile "$@"'
     )
 
 
