@@ -8,11 +8,13 @@ hf-simple-attn export runs/hc-sa runs/hc-sa-onnx --format onnx  # any layout: ON
 hf-simple-attn export runs/hc-sa runs/hc-sa-onnx-int8 --format onnx --quantization int8
 hf-simple-attn export runs/base runs/base-ct2 --format ctranslate2 --quantization int8   # the base layout only
 hf-simple-attn shortlist runs/hc-sa --dataset_name embedded --top_k 50 --frequent 100  # vocabulary shortlist
+hf-simple-attn push runs/hc-sa you/hc-sa-en-de [--private] [--revision BRANCH]  # the files --push_to_hub pushes
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -28,6 +30,8 @@ KIND_SIZES = {
     "encoder": {name: bert_size(name) for name in ("bert-base", "small")},
 }
 DEFAULT_SIZES = {"seq2seq": "opus-mt", "encoder": "bert-base"}  # the papers' sizes
+# A Hub repository id: NAME or NAMESPACE/NAME, of letters, digits, '-', '_' and '.'.
+HUB_REPO_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
 
 
 def print_presets(model_kind: str) -> None:
@@ -153,6 +157,23 @@ def shortlist(args: argparse.Namespace) -> None:
     print("decode with it: generate(..., use_shortlist=True), or set generation_config.use_shortlist = True")
 
 
+def push(args: argparse.Namespace) -> None:
+    """Push a trained run folder to the Hub as the training scripts' `--push_to_hub` does (`push_checkpoint`)."""
+    from .hub import push_checkpoint
+
+    if not os.path.isfile(os.path.join(args.run_dir, "config.json")):
+        raise ValueError(
+            f"RUN_DIR: {args.run_dir} holds no config.json; expected a run folder written by a training script"
+        )
+    if not HUB_REPO_ID.match(args.repo_id):
+        raise ValueError(f"REPO_ID: expected a Hub repository id, NAME or NAMESPACE/NAME, got {args.repo_id!r}")
+    try:
+        url = push_checkpoint(args.run_dir, args.repo_id, private=args.private, revision=args.revision)
+    except RuntimeError as error:  # the Hub refused or could not be reached: exit status 1, the reason on stderr
+        sys.exit(f"hf-simple-attn push: error: {error}")
+    print(f"pushed {args.run_dir} to {args.repo_id}: {url}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="hf-simple-attn", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -214,6 +235,14 @@ def main(argv=None) -> None:
     lexical.add_argument("--top_k", type=int, default=50, help="target tokens kept per source token")
     lexical.add_argument("--frequent", type=int, default=100, help="most frequent target tokens, always allowed")
     lexical.add_argument("--iterations", type=int, default=5, help="EM iterations of IBM Model 1")
+    upload = commands.add_parser(
+        "push",
+        help="push a trained run folder (model, code, tokenizer, card, results) to the Hub, as --push_to_hub does",
+    )
+    upload.add_argument("run_dir", help="a run's --output_dir; checkpoint-* folders and training state stay local")
+    upload.add_argument("repo_id", help="the Hub repository, NAMESPACE/NAME (or NAME: the token's user)")
+    upload.add_argument("--private", action="store_true", help="create the repository as private (if it is new)")
+    upload.add_argument("--revision", default=None, help="the branch to commit to, created if missing (default main)")
     args = parser.parse_args(argv)
     if args.command == "describe":
         model_kind = args.model_kind or ("seq2seq" if args.preset in PRESETS["seq2seq"] else "encoder")
@@ -229,7 +258,7 @@ def main(argv=None) -> None:
         else:
             # The commands that read a checkpoint or data: bad input is a command-line error, not a traceback.
             try:
-                {"export": export, "shortlist": shortlist, "analyze": analyze}[args.command](args)
+                {"export": export, "shortlist": shortlist, "analyze": analyze, "push": push}[args.command](args)
             except (ValueError, FileExistsError) as error:
                 parser.exit(2, f"hf-simple-attn {args.command}: error: {error}\n")
         sys.stdout.flush()

@@ -1,18 +1,21 @@
 """Upload a finished checkpoint (weights, config, modeling code, tokenizer, card, results) to the Hub.
 
 `push_checkpoint` only reads `output_dir`: whatever fails (no token, no network, a refused
-repository), the local checkpoint stays as it is, and the error says so and how to retry.
-Intermediate training states (`checkpoint-*`, `step_*`, `epoch_*` folders, optimizer states) and the
-pickled `training_args.bin` are not uploaded: `files_to_push` lists exactly what would be committed.
+repository), the local checkpoint stays as it is, and the error says so and how to push it again
+(`hf-simple-attn push RUN_DIR REPO_ID`, which calls `push_checkpoint` too). Intermediate training states
+(`checkpoint-*`, `step_*`, `epoch_*` folders, optimizer states) and the pickled `training_args.bin` are not
+uploaded: `files_to_push` lists exactly what is committed. The card is committed as it reads for the repository
+(`card_for_repository`), so that a card written for a local folder names the repository once pushed.
 The scripts in `training/` keep the Hub token out of their saved arguments and pass it here.
 """
 
 import logging
+import shlex
 from pathlib import Path
 
-from huggingface_hub import HfApi
+from huggingface_hub import CommitOperationAdd, HfApi
 
-from .model_card import DEFAULT_LICENSE, write_model_card
+from .model_card import CARD_NAME, DEFAULT_LICENSE, card_for_repository, write_model_card
 
 
 logger = logging.getLogger(__name__)
@@ -42,18 +45,38 @@ def files_to_push(output_dir) -> list[str]:
     )
 
 
+def push_command(output_dir, repo_id: str, private: bool = False, revision: str | None = None) -> str:
+    """The `hf-simple-attn push` command line that pushes `output_dir` to `repo_id`."""
+    options = (["--private"] if private else []) + (["--revision", revision] if revision else [])
+    return shlex.join(["hf-simple-attn", "push", str(output_dir), repo_id, *options])
+
+
+def commit_operations(folder: Path, files: list[str], repo_id: str) -> list[CommitOperationAdd]:
+    """One addition per file; the card as it reads in `repo_id`, the other files as they are on disk."""
+    operations = []
+    for name in files:
+        content = str(folder / name)
+        if name == CARD_NAME:
+            content = card_for_repository((folder / name).read_text(encoding="utf-8"), repo_id).encode()
+        operations.append(CommitOperationAdd(path_in_repo=name, path_or_fileobj=content))
+    return operations
+
+
 def push_checkpoint(
     output_dir,
     repo_id: str,
     *,
     token=None,
     private: bool = False,
+    revision: str | None = None,
     commit_message: str = DEFAULT_COMMIT_MESSAGE,
 ) -> str:
-    """Create (or reuse) the model repository `repo_id` and commit `files_to_push(output_dir)`.
+    """Create (or reuse) the model repository `repo_id` and commit `files_to_push(output_dir)` to its `revision`
+    (a branch, created from `main` if missing; default `main`).
 
-    Returns the URL of the commit. `repo_id` may omit the namespace (the token's user is used).
-    Any failure raises `RuntimeError` naming the step that failed; local files are never changed.
+    Returns the URL of the commit. `repo_id` may omit the namespace (the token's user is used); `token` defaults to
+    `HF_TOKEN` or the `hf auth login` one. Any failure raises `RuntimeError` naming the step that failed and the
+    command that pushes the folder again; local files are never changed.
     """
     folder = Path(output_dir)
     files = files_to_push(folder)
@@ -62,20 +85,22 @@ def push_checkpoint(
     api = HfApi(token=token)
     step = f"creating the repository {repo_id!r}"
     try:
-        repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        step = f"uploading {len(files)} files to {repo_url.repo_id!r}"
-        commit = api.upload_folder(
-            repo_id=repo_url.repo_id,
-            folder_path=str(folder),
-            allow_patterns=files,
+        repo_id = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model").repo_id
+        if revision is not None:
+            step = f"creating the branch {revision!r} of {repo_id!r}"
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        step = f"uploading {len(files)} files to {repo_id!r}"
+        commit = api.create_commit(
+            repo_id,
+            operations=commit_operations(folder, files, repo_id),
             commit_message=commit_message,
-            repo_type="model",
+            revision=revision,
         )
-    except Exception as error:  # network, authentication, permissions: all reported the same way
+    except Exception as error:  # network, authentication, permissions, a refused card: all reported the same way
         raise RuntimeError(
-            f"Pushing to the Hub failed while {step}: {type(error).__name__}: {error}. "
-            f"The local checkpoint at {folder} is intact; retry with "
-            f"hf_simple_attn.hub.push_checkpoint({str(folder)!r}, {repo_id!r}) once the problem is fixed."
+            f"Pushing to the Hub failed while {step}: {type(error).__name__}: {error}\n"
+            f"The local checkpoint at {folder} is intact; once the problem is fixed, push it again with "
+            f"`{push_command(folder, repo_id, private, revision)}` (the token from HF_TOKEN or `hf auth login`)."
         ) from error
     return str(commit.commit_url)
 
@@ -135,4 +160,4 @@ def publish_checkpoint(
     return card
 
 
-__all__ = ["files_to_push", "prepare_push", "publish_checkpoint", "push_checkpoint"]
+__all__ = ["files_to_push", "prepare_push", "publish_checkpoint", "push_checkpoint", "push_command"]

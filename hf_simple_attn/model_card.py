@@ -2,14 +2,18 @@
 
 The template is package data, read with `importlib.resources`, so cards are written the same from a
 wheel as from a source tree. The card follows the Hub's card spec: metadata built with
-`huggingface_hub.ModelCardData` (`license`, `datasets` for Hub datasets, `language`,
-`library_name: transformers`, tags, the pipeline tag, and a `model-index` of the evaluation metrics as
-`EvalResult`s; loss and generated length are shown in the body only); the body has intended use,
-limitations, the attention layout table (`hf_simple_attn.analysis.layout_table`), parameter counts,
-the training data and its licence, training settings, results, how to load the checkpoint with and
-without the package, and the BibTeX of the papers whose attention families the layout uses.
+`huggingface_hub.ModelCardData` (`license`, `language`, `library_name: transformers`, tags, the pipeline tag,
+the evaluation `metrics`, and for a Hub dataset `datasets` and a `model-index` of the results as `EvalResult`s;
+loss and generated length are shown in the body only). The package's corpora and local files are no Hub
+datasets: the card names them in the body and leaves them out of `datasets` and `model-index`, whose dataset
+`type` must be a Hub dataset id. The body has intended use, limitations (the longest input is the saved
+tokenizer's `model_max_length`), the attention layout table (`hf_simple_attn.analysis.layout_table`), parameter
+counts, the training data and its licence, training settings, results, how to load the checkpoint with and
+without the package (by the Hub repository's id once pushed, by the folder's path before), and the BibTeX of the
+papers whose attention families the layout uses.
 """
 
+import json
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -21,6 +25,7 @@ from .analysis import layout_table
 from .modeling.presets import get_preset
 
 
+CARD_NAME = "README.md"
 # The model's licence is the publisher's choice; the default is the code's licence (the data's is named in the body).
 DEFAULT_LICENSE = "apache-2.0"
 
@@ -63,6 +68,10 @@ SPLIT_PREFIXES = {"eval": "validation", "validation": "validation", "predict": "
 # Bookkeeping entries of the results dicts that are not model quality.
 NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "samples")
 HUB_DATASET_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+# Training-summary values that say "not set": such rows are left out of the card.
+NO_VALUE = (None, "", "-")
+# The checkpoint a card's usage snippets load: `from_pretrained("<repository id or folder>"`.
+USAGE_ID = re.compile(r'from_pretrained\("([^"]+)"')
 # How the training scripts name the package's corpora: `hf_simple_attn:embedded`, `hf_simple_attn.data:reuters (r8)`.
 LOCAL_CORPUS_LABEL = re.compile(r"^hf_simple_attn(?:\.data)?:(\w+)")
 # The package's corpora -> (name shown in the card, licence of the text or None where it is not stated).
@@ -210,6 +219,27 @@ def size_summary(config) -> str:
     )
 
 
+def hub_dataset(dataset_name: str | None) -> str | None:
+    """`dataset_name` when it is a Hub dataset id (what `datasets.load_dataset` loaded), else None: the package's
+    corpora (`hf_simple_attn:embedded`, ...) and local files are not on the Hub."""
+    return dataset_name if dataset_name and HUB_DATASET_ID.match(dataset_name) else None
+
+
+def saved_tokenizer_config(output_dir: Path) -> dict:
+    """The `tokenizer_config.json` saved in `output_dir` ({} when there is none)."""
+    path = output_dir / "tokenizer_config.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def max_input_length(tokenizer_config: dict, config) -> tuple[int, str]:
+    """The longest input the checkpoint takes and where that limit comes from: the saved tokenizer's
+    `model_max_length` (the training scripts set it to the lengths they trained with), within the position table."""
+    saved = tokenizer_config.get("model_max_length")
+    if isinstance(saved, int) and saved <= config.max_position_embeddings:
+        return saved, "the tokenizer's `model_max_length`"
+    return config.max_position_embeddings, "the size of the position table"
+
+
 def write_model_card(
     output_dir,
     model,
@@ -226,65 +256,85 @@ def write_model_card(
     """Render the card of `model` (a SimpleAttn model) into `output_dir/README.md` and return its path.
 
     task: "translation", "summarization" or "text-classification". dataset_name: a Hub dataset id
-    (listed under `datasets` in the metadata) or any description of the data; the package's corpora
+    (listed under `datasets` and in the `model-index`) or any description of the data; the package's corpora
     ("hf_simple_attn:embedded", ...) are named in the body with their licence. metrics: the scripts'
-    results (`eval_bleu`, `predict_chrf`, ...); evaluation metrics go to the `model-index`. base_model:
-    the checkpoint the model was converted from, if any. training_summary: settings shown in a table
-    (steps, batch size, SacreBLEU signature, ...). model_id: the name used in the usage snippets
-    (default: the folder's name; pass the Hub repository id when pushing). license: the model's licence,
-    a Hub licence id (default apache-2.0, the code's; the training data's licence is stated in the body).
+    results (`eval_bleu`, `predict_chrf`, ...). base_model: the checkpoint the model was converted from, if any.
+    training_summary: settings shown in a table (steps, batch size, SacreBLEU signature, ...; a value of None or
+    "-" leaves its row out). model_id: the Hub repository the checkpoint is pushed to, which the title and the usage
+    snippets name; without one, the title is the folder's name and the snippets load the folder's path. license:
+    the model's licence, a Hub licence id (default apache-2.0, the code's; the data's licence is stated in the body).
+    A tokenizer saved in `output_dir` before the card sets the input length the card states.
     """
     if task not in TASKS:
         raise ValueError(f"task: expected one of {sorted(TASKS)}, got {task!r}")
     output_dir = Path(output_dir)
-    model_id = model_id or output_dir.resolve().name
+    model_name = model_id or output_dir.resolve().name
     parsed_metrics = parse_metrics(metrics)
     card = ModelCard.from_template(
-        card_metadata(model.config, model_id, task, dataset_name, parsed_metrics, language, base_model, license),
+        card_metadata(model.config, model_name, task, dataset_name, parsed_metrics, language, base_model, license),
         template_str=card_template(),
-        model_name=model_id,
-        model_id=model_id,
+        model_name=model_name,
+        model_id=model_id or output_dir.as_posix(),
         base_model=base_model,
         **task_and_data_fields(task, dataset_name, language),
-        **model_fields(model),
-        training_rows=[(key, format_value(value)) for key, value in (training_summary or {}).items()],
+        **model_fields(model, output_dir),
+        training_rows=[
+            (key, format_value(value)) for key, value in (training_summary or {}).items() if value not in NO_VALUE
+        ],
         metric_rows=[(split, shown, f"{value:.4g}") for split, _, _, shown, value in parsed_metrics],
     )
     output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / "README.md"
+    path = output_dir / CARD_NAME
     card.save(path)
     return path
 
 
-def card_metadata(config, model_id, task, dataset_name, parsed_metrics, language, base_model, license):
+def card_for_repository(card_text: str, repo_id: str) -> str:
+    """A card written by `write_model_card`, as it reads once pushed to `repo_id`: its title, model name and usage
+    snippets name the repository (a card written for a local folder names the folder). Other text is unchanged."""
+    card = ModelCard(card_text)
+    usage = USAGE_ID.search(card.text)
+    name = card.data.model_name
+    if (usage is None or usage.group(1) == repo_id) and name in (None, repo_id):
+        return card_text
+    if usage is not None:
+        card.text = card.text.replace(f'"{usage.group(1)}"', f'"{repo_id}"')
+    if name is not None:
+        card.text = card.text.replace(f"# {name}\n", f"# {repo_id}\n", 1)
+        card.data.model_name = repo_id
+    return str(card)
+
+
+def card_metadata(config, model_name, task, dataset_name, parsed_metrics, language, base_model, license):
     """The card's metadata: licence, languages, tags (the model type, the task, the attention families and
-    preset), the Hub dataset, and a `model-index` of the evaluation metrics (`parse_metrics`)."""
+    preset), the evaluation metrics, and for a Hub dataset, `datasets` and a `model-index` of the results."""
     pipeline_tag = TASKS[task].pipeline_tag
-    dataset_label = dataset_name or "unspecified data"
+    dataset_id = hub_dataset(dataset_name)
+    metric_types = sorted({metric_type for _, _, metric_type, _, _ in parsed_metrics if metric_type is not None})
     eval_results = [
         EvalResult(
             task_type=pipeline_tag,
-            dataset_type=dataset_label,
-            dataset_name=dataset_label,
+            dataset_type=dataset_id,
+            dataset_name=dataset_id,
             dataset_split=split,
             metric_type=metric_type,
             metric_name=f"{shown} ({split})",
             metric_value=round(value, 4),
         )
         for split, _, metric_type, shown, value in parsed_metrics
-        if metric_type is not None
+        if metric_type is not None and dataset_id is not None
     ]
     preset = config.attention_preset
     return ModelCardData(
-        model_name=model_id,
+        model_name=model_name,
         language=language,
         license=license,
         library_name="transformers",
         pipeline_tag=pipeline_tag,
         base_model=base_model,
-        datasets=[dataset_name] if dataset_name and HUB_DATASET_ID.match(dataset_name) else None,
+        datasets=[dataset_id] if dataset_id else None,
         tags=["hf_simple_attn", config.model_type, task, *attention_kinds(config), *([preset] if preset else [])],
-        metrics=sorted({result.metric_type for result in eval_results}) or None,
+        metrics=metric_types or None,
         eval_results=eval_results or None,
     )
 
@@ -301,18 +351,21 @@ def task_and_data_fields(task: str, dataset_name: str | None, language: list[str
         data_description=data_description + languages + ".",
         data_name=data_name,
         data_license=data_license,
+        hub_dataset=hub_dataset(dataset_name),
     )
 
 
-def model_fields(model) -> dict:
-    """The template's fields on the model: preset, architecture, size, parameter counts, layout table, and the
-    attention families it uses with their limitations and papers."""
+def model_fields(model, output_dir: Path) -> dict:
+    """The template's fields on the model: preset, architecture, size, parameter counts, layout table, the longest
+    input, the tokenizer's class, and the attention families it uses with their limitations and papers."""
     config = model.config
     preset = config.attention_preset
     model_kind = "seq2seq" if hasattr(config, "decoder_layers") else "encoder"
     preset_info = get_preset(preset, model_kind) if preset else {}
     kinds = attention_kinds(config)
     attention_parameters = (p for name, p in model.named_parameters() if ATTENTION_PARAMETER.search(name))
+    tokenizer_config = saved_tokenizer_config(output_dir)
+    input_length, input_length_source = max_input_length(tokenizer_config, config)
     return dict(
         preset_title=preset or "custom",
         preset_description=preset_info.get("description"),
@@ -327,9 +380,12 @@ def model_fields(model) -> dict:
         layout_table=layout_table(config),
         families=", ".join(kind.replace("_", "-") for kind in kinds),
         family_limitations=[FAMILY_LIMITATIONS[kind] for kind in kinds if kind in FAMILY_LIMITATIONS],
-        max_positions=config.max_position_embeddings,
+        max_input_length=input_length,
+        max_input_length_source=input_length_source,
+        # transformers' own tokenizer class, which loads without trust_remote_code (None for custom tokenizer code).
+        tokenizer_class=None if "auto_map" in tokenizer_config else tokenizer_config.get("tokenizer_class"),
         citations=list(dict.fromkeys(CITATIONS[kind] for kind in kinds if kind in CITATIONS)),
     )
 
 
-__all__ = ["DEFAULT_LICENSE", "card_template", "parse_metrics", "write_model_card"]
+__all__ = ["CARD_NAME", "DEFAULT_LICENSE", "card_for_repository", "card_template", "parse_metrics", "write_model_card"]

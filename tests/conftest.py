@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -137,35 +138,47 @@ def bert_tokenizer():
 
 
 HUB_TOKEN = "hf_SECRETTOKEN123"
+# The users of the local Hub (tests/hub_server.py), by token: HUB_TOKEN is `user`'s, a member of `someone`.
+HUB_USERS = {HUB_TOKEN: "user", "hf_OTHERTOKEN456": "other"}
+HUB_ORGANIZATIONS = {"someone": {"user"}}
+
+
+@contextmanager
+def serving_hub(hf_home: Path, lfs_threshold: int = 10_000, token: str | None = None):
+    """A local Hub (tests/hub_server.py) on 127.0.0.1 that huggingface_hub in this process talks to for as long as it
+    runs: the endpoint, online mode, no Xet (large files take the LFS path) and a fresh `hf_home` (its token, caches)
+    replace what huggingface_hub read from the environment at import; HF_TOKEN is `token` (unset by default).
+    Subprocesses get the same through `hub_environment`."""
+    from hub_server import HubServer
+    from huggingface_hub import constants
+
+    default_home = constants.HF_HOME
+    with HubServer(HUB_USERS, HUB_ORGANIZATIONS, lfs_threshold) as hub, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(constants, "ENDPOINT", hub.endpoint)
+        patch.setattr(constants, "HF_HUB_OFFLINE", False)
+        patch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+        for name, value in vars(constants).copy().items():
+            if isinstance(value, str) and value.startswith(default_home):
+                patch.setattr(constants, name, str(hf_home) + value.removeprefix(default_home))
+        for variable in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+            patch.delenv(variable, raising=False)
+        if token is not None:
+            patch.setenv("HF_TOKEN", token)
+        yield hub
+
+
+def hub_environment(hub, hf_home: Path) -> dict[str, str]:
+    """The environment of a subprocess that talks to `hub` only, with `hf_home` as its Hugging Face home."""
+    return dict(HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_XET="1", HF_HOME=str(hf_home))
 
 
 @pytest.fixture
-def fake_hub(monkeypatch):
-    """The Hub client of `hf_simple_attn.hub`, faked: each upload is recorded as its token and the bytes
-    of every file `upload_folder` would commit (its own filter over the folder for `allow_patterns`)."""
-    from huggingface_hub import RepoUrl
-    from huggingface_hub.utils import filter_repo_objects
-
-    import hf_simple_attn.hub
-
-    uploads = []
-
-    class FakeHfApi:
-        def __init__(self, token=None):
-            self.token = token
-
-        def create_repo(self, repo_id, **kwargs):
-            return RepoUrl(f"https://huggingface.co/{repo_id}")
-
-        def upload_folder(self, *, repo_id, folder_path, allow_patterns, **kwargs):
-            folder = Path(folder_path)
-            every_file = [str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()]
-            names = filter_repo_objects(every_file, allow_patterns=allow_patterns)
-            uploads.append({"token": self.token, "files": {name: (folder / name).read_bytes() for name in names}})
-            return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/0")
-
-    monkeypatch.setattr(hf_simple_attn.hub, "HfApi", FakeHfApi)
-    return uploads
+def fake_hub(tmp_path_factory):
+    """The uploads made to a local Hub (`serving_hub`) during the test, as they arrive: per commit, the token it was
+    made with and the bytes of every file it added. HUB_TOKEN is the default token (HF_TOKEN)."""
+    with serving_hub(tmp_path_factory.mktemp("hf_home"), token=HUB_TOKEN) as hub:
+        yield hub.uploads
+        assert hub.unexpected == [], f"requests the local Hub does not understand: {hub.unexpected}"
 
 
 def assert_hub_token_kept_out(output_dir, uploads) -> None:

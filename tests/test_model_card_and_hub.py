@@ -1,7 +1,7 @@
-"""Model cards (metadata, layout table, counts, usage) and the Hub upload path, offline.
+"""Model cards (metadata, layout table, counts, usage) and `push_checkpoint` against a local Hub.
 
-`HfApi.create_repo` / `upload_folder` are mocked; the files that would be committed are the
-ones `upload_folder`'s own filter keeps for the `allow_patterns` that `push_checkpoint` passes.
+`push_checkpoint` runs unchanged against tests/hub_server.py (`serving_hub`), which records what was committed;
+tests/test_hub.py pushes real training runs and loads them back.
 """
 
 import shutil
@@ -10,11 +10,9 @@ import sys
 import zipfile
 from importlib import resources
 from pathlib import Path
-from unittest import mock
 
 import pytest
-from huggingface_hub import HfApi, ModelCard, RepoUrl
-from huggingface_hub.utils import filter_repo_objects
+from huggingface_hub import ModelCard
 
 from hf_simple_attn import (
     SimpleAttnBertConfig,
@@ -23,10 +21,10 @@ from hf_simple_attn import (
     SimpleAttnMarianMTModel,
 )
 from hf_simple_attn.analysis import layout_table
-from hf_simple_attn.hub import files_to_push, push_checkpoint
+from hf_simple_attn.hub import files_to_push, push_checkpoint, push_command
 from hf_simple_attn.model_card import CITATIONS, card_template, parse_metrics, write_model_card
 
-from conftest import TINY_MARIAN
+from conftest import HUB_TOKEN, TINY_MARIAN, serving_hub
 
 
 METRICS = {
@@ -125,7 +123,7 @@ def test_card_of_a_converted_model_with_local_data(marian_model, tmp_path):
     assert "The model: `mpl-2.0`" in card.text and "Fine-tuned on that data only" in card.text
     assert card.data.base_model == "Helsinki-NLP/opus-mt-en-de" and card.data.model_name == "out-dir"
     assert "converted from\n`Helsinki-NLP/opus-mt-en-de`" in card.text and "`hf_simple_attn:embedded`" in card.text
-    assert 'model="out-dir"' in card.text and "## Results" not in card.text
+    assert f'model="{tmp_path / "out-dir"}"' in card.text and "## Results" not in card.text  # the folder, not pushed
 
 
 def test_classification_and_summarization_cards(tmp_path):
@@ -149,7 +147,7 @@ def test_classification_and_summarization_cards(tmp_path):
     }
     attention_parameters = sum(p.numel() for n, p in classifier.named_parameters() if ".attention." in n)
     assert f"({attention_parameters:,} in attention sublayers)" in card.text and attention_parameters > 0
-    assert 'pipeline("text-classification", model="cls", trust_remote_code=True)' in card.text
+    assert f'pipeline("text-classification", model="{tmp_path / "cls"}", trust_remote_code=True)' in card.text
     assert layout_table(config) in card.text and "hidden size 32, 2 layers, 4 heads" in card.text
     assert CITATIONS["local"] in card.text and "local heads attend only within their fixed masks" in card.text
 
@@ -163,11 +161,11 @@ def test_classification_and_summarization_cards(tmp_path):
             metrics={"predict_rougeL": 30.25, "predict_gen_len": 12.0, "predict_loss": 3.0},
         )
     )
-    assert [(r.dataset_split, r.metric_type, r.metric_name) for r in card.data.eval_results] == [
-        ("test", "rouge", "ROUGE-L (test)")
-    ]
+    # no Hub dataset: the metrics are named, the results are in the body only
+    assert card.data.metrics == ["rouge"] and card.data.eval_results is None and card.data.datasets is None
+    assert "| test | ROUGE-L | 30.25 |" in card.text and "not a Hub dataset" in card.text
     assert card.data.pipeline_tag == "summarization" and "**custom** attention layout" in card.text
-    assert 'AutoModelForSeq2SeqLM.from_pretrained("sum", trust_remote_code=True)' in card.text
+    assert f'AutoModelForSeq2SeqLM.from_pretrained("{tmp_path / "sum"}", trust_remote_code=True)' in card.text
     assert "## Citation" not in card.text and "Simplified attention:" not in card.text  # dot attention only
     with pytest.raises(ValueError, match="task: expected one of"):
         write_model_card(tmp_path / "x", summarizer, task="image-classification", dataset_name=None, metrics={})
@@ -214,70 +212,49 @@ def test_files_to_push_leaves_training_state_local(checkpoint_dir):
         files_to_push(checkpoint_dir / "missing")
 
 
-def test_push_checkpoint_commits_exactly_the_model_files(checkpoint_dir):
-    committed = {}
+@pytest.fixture
+def local_hub(tmp_path):
+    with serving_hub(tmp_path / "hf_home") as hub:
+        yield hub
+        assert hub.unexpected == []
 
-    def fake_upload_folder(*, repo_id, folder_path, allow_patterns, commit_message, repo_type):
-        # What upload_folder would commit: its own filter over every file below the folder.
-        every_file = [str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file()]
-        committed.update(
-            repo_id=repo_id,
-            message=commit_message,
-            repo_type=repo_type,
-            files=sorted(filter_repo_objects(every_file, allow_patterns=allow_patterns)),
-        )
-        return mock.Mock(commit_url=f"https://hub.example/{repo_id}/commit/abc")
 
+def test_push_checkpoint_commits_exactly_the_model_files(local_hub, checkpoint_dir):
     before = snapshot(checkpoint_dir)
-    repo_url = RepoUrl("https://huggingface.co/someone/tiny-model")
-    with (
-        mock.patch.object(HfApi, "__init__", return_value=None) as init,
-        mock.patch.object(HfApi, "create_repo", return_value=repo_url) as create_repo,
-        mock.patch.object(HfApi, "upload_folder", side_effect=fake_upload_folder),
-    ):
-        url = push_checkpoint(checkpoint_dir, "tiny-model", token="hf_secret", private=True, commit_message="first")
-    assert init.call_args.kwargs == {"token": "hf_secret"}
-    create_repo.assert_called_once_with("tiny-model", private=True, exist_ok=True, repo_type="model")
-    assert committed == {
-        "repo_id": "someone/tiny-model",
-        "message": "first",
-        "repo_type": "model",
-        "files": EXPECTED_FILES,
+    url = push_checkpoint(checkpoint_dir, "tiny-model", token=HUB_TOKEN, private=True, commit_message="first")
+    repo = local_hub.repos["user/tiny-model"]  # the token's user is the namespace
+    assert url == f"{local_hub.endpoint}/user/tiny-model/commit/{repo.branches['main']}" and repo.private
+    assert {name: file.content for name, file in local_hub.files("user/tiny-model").items()} == {
+        name: before[name] for name in EXPECTED_FILES
     }
-    assert url == "https://hub.example/someone/tiny-model/commit/abc"
+    assert [upload["token"] for upload in local_hub.uploads] == [HUB_TOKEN]
     assert snapshot(checkpoint_dir) == before
 
 
-@pytest.mark.parametrize("failing_step", ["create_repo", "upload_folder"])
-def test_failed_push_raises_clearly_and_keeps_local_files(checkpoint_dir, failing_step):
+@pytest.mark.parametrize("failing_step", ["create", "commit"])
+def test_failed_push_raises_clearly_and_keeps_local_files(local_hub, checkpoint_dir, failing_step):
     before = snapshot(checkpoint_dir)
-    repo_url = RepoUrl("https://huggingface.co/someone/tiny-model")
-    create_repo = (
-        {"side_effect": OSError("connection refused")} if failing_step == "create_repo" else {"return_value": repo_url}
-    )
-    with (
-        mock.patch.object(HfApi, "create_repo", **create_repo),
-        mock.patch.object(HfApi, "upload_folder", side_effect=PermissionError("403 Forbidden")),
-        pytest.raises(RuntimeError) as failure,
-    ):
-        push_checkpoint(checkpoint_dir, "someone/tiny-model")
+    repo_id = "other/tiny-model" if failing_step == "create" else "user/tiny-model"  # `other`'s namespace: 403
+    if failing_step == "commit":
+        local_hub.fail("POST", "/commit/", 503, "Service Unavailable")
+    with pytest.raises(RuntimeError) as failure:
+        push_checkpoint(checkpoint_dir, repo_id, token=HUB_TOKEN)
     message = str(failure.value)
-    if failing_step == "create_repo":
-        assert "while creating the repository 'someone/tiny-model': OSError: connection refused" in message
+    if failing_step == "create":
+        assert "while creating the repository 'other/tiny-model': HfHubHTTPError: " in message
+        assert 'rights to create a model under the namespace "other"' in message
     else:
-        assert (
-            f"while uploading {len(EXPECTED_FILES)} files to 'someone/tiny-model': PermissionError: 403 Forbidden"
-            in message
-        )
+        assert f"while uploading {len(EXPECTED_FILES)} files to 'user/tiny-model': HfHubHTTPError: " in message
+        assert "503" in message and "Service Unavailable" in message
     assert f"The local checkpoint at {checkpoint_dir} is intact" in message
+    assert f"push it again with `{push_command(checkpoint_dir, repo_id)}`" in message
     assert snapshot(checkpoint_dir) == before
 
 
 def test_push_refuses_a_folder_without_a_checkpoint(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model")
-    with mock.patch.object(HfApi, "create_repo") as create_repo, pytest.raises(RuntimeError, match="no config.json"):
+    with pytest.raises(RuntimeError, match="no config.json"):  # before any request: this process is offline
         push_checkpoint(tmp_path, "someone/nothing")
-    assert not create_repo.called
 
 
 def test_card_template_is_package_data():

@@ -258,7 +258,7 @@ def test_glue_single_sentences_from_scratch_learns(run_glue, tmp_path):
     assert config["attention_preset"] is None and config["model_type"] == "simple_attn_bert"
 
     card = (output_dir / "README.md").read_text()
-    assert "pipeline_tag: text-classification" in card and "model-index" in card
+    assert "pipeline_tag: text-classification" in card and "metrics:\n- accuracy" in card
     assert "trained from scratch" in card and "| validation | accuracy |" in card
 
     # the saved folder (weights, trained WordPiece tokenizer) works in a pipeline
