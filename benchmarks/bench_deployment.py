@@ -1,8 +1,8 @@
 """Every way to deploy a model on the CPU, side by side in one run: sentences/s of greedy and beam decoding.
 
 Engines (`--engines`; each preset gets every `ours` engine):
-- `MarianMTModel`: transformers' own model holding the `base` preset's weights (`deploy_ctranslate2.to_marian`);
-- `ctranslate2-fp32`, `ctranslate2-int8`: CTranslate2 on the same weights (`deploy_ctranslate2`, base layout only);
+- `MarianMTModel`: transformers' own model holding the `base` preset's weights (`ctranslate2_export.to_marian`);
+- `ctranslate2-fp32`, `ctranslate2-int8`: CTranslate2 on the same weights (`ctranslate2_export`, base layout only);
   `ctranslate2-fp32+vmap`, `ctranslate2-int8+vmap`: the same with the shortlist as its vocabulary map (`use_vmap`);
 - `<preset>/eager`: our model in PyTorch; `/compile`: its forward under `torch.compile` (default mode; compiled
   during the warm-up call of each cell, not timed); `/onnx`, `/onnx-int8`: `export_onnx` graphs run by ONNX Runtime
@@ -36,8 +36,8 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import PreTrainedTokenizerFast
 
-from hf_simple_attn.quantize import quantize_dynamic_int8
-from hf_simple_attn.sizes import SIZES
+from hf_simple_attn.deploy.quantize import quantize_dynamic_int8
+from hf_simple_attn.training.sizes import SIZES
 
 import common
 
@@ -132,7 +132,7 @@ def pytorch_engine(model, length_control: str, **options):
 def onnx_engine(onnx_dir, threads: int, length_control: str, use_shortlist: bool = False):
     import onnxruntime
 
-    from hf_simple_attn.export import OnnxSeq2SeqModel
+    from hf_simple_attn.deploy.export import OnnxSeq2SeqModel
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
@@ -173,9 +173,9 @@ def ctranslate2_engine(folder: str, threads: int, use_vmap: bool = False):
 
 def build_engines(args, workdir: str) -> dict:
     """{engine name: decode(batch, num_beams, new_tokens)} for every preset and reference engine asked for."""
-    from hf_simple_attn.deploy_ctranslate2 import convert_to_ctranslate2, to_marian
-    from hf_simple_attn.export import export_onnx
-    from hf_simple_attn.quantize import quantize_onnx_int8
+    from hf_simple_attn.deploy.ctranslate2_export import convert_to_ctranslate2, to_marian
+    from hf_simple_attn.deploy.export import export_onnx
+    from hf_simple_attn.deploy.quantize import quantize_onnx_int8
 
     engines = {}
     for preset in args.presets:

@@ -46,7 +46,7 @@ import torch
 from transformers import CompileConfig
 
 from hf_simple_attn import SimpleAttnMarianMTModel
-from hf_simple_attn.sizes import SIZES
+from hf_simple_attn.training.sizes import SIZES
 
 import bench_decoding
 import common

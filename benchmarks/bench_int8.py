@@ -1,14 +1,15 @@
 """int8 against float32 on trained checkpoints: BLEU with beam search (as in training) and greedy speed.
 
-For each checkpoint: PyTorch float32 and dynamic int8 (`hf_simple_attn.quantize.quantize_dynamic_int8`), ONNX
-Runtime float32 and int8 (`hf_simple_attn.export.export_onnx`, `quantize_onnx_int8`, in a temporary folder); for a
-`base`-layout checkpoint also CTranslate2 float32 and int8 (`hf_simple_attn.deploy_ctranslate2`, converted into a
-temporary folder). Every engine translates the test split of the embedded corpus (`--sentences` first ones) in
-batches of `--batch-size`, in the split's order: greedy `--repeats` times (timed, engines interleaved in a rotated
-order after one warm-up batch each), then once with `--beams` beams. Scores: SacreBLEU BLEU and chrF of the raw
-references; `identical` is the share of sentences translated exactly as the checkpoint's PyTorch float32 engine
-does with the same search. `--threads` is torch's thread count and CTranslate2's `intra_threads`. Speed is given in
-wall time and in the process's CPU time (all threads), the steadier of the two on a machine shared with other jobs.
+For each checkpoint: PyTorch float32 and dynamic int8 (`hf_simple_attn.deploy.quantize.quantize_dynamic_int8`), ONNX
+Runtime float32 and int8 (`hf_simple_attn.deploy.export.export_onnx`, `quantize_onnx_int8`, in a temporary folder);
+for a `base`-layout checkpoint also CTranslate2 float32 and int8 (`hf_simple_attn.deploy.ctranslate2_export`,
+converted into a temporary folder). Every engine translates the test split of the embedded corpus (`--sentences`
+first ones) in batches of `--batch-size`, in the split's order: greedy `--repeats` times (timed, engines interleaved
+in a rotated order after one warm-up batch each), then once with `--beams` beams. Scores: SacreBLEU BLEU and chrF of
+the raw references; `identical` is the share of sentences translated exactly as the checkpoint's PyTorch float32
+engine does with the same search. `--threads` is torch's thread count and CTranslate2's `intra_threads`. Speed is
+given in wall time and in the process's CPU time (all threads), the steadier of the two on a machine shared with
+other jobs.
 
     PYTHONPATH=. python benchmarks/bench_int8.py --checkpoints studies/runs/mt-families/base--lr0.001--seed1 \\
         studies/runs/mt-families/hc-sa--lr0.001--seed1
@@ -23,7 +24,7 @@ from transformers import AutoTokenizer
 
 from hf_simple_attn import SimpleAttnMarianMTModel
 from hf_simple_attn.data import load_embedded_corpus
-from hf_simple_attn.quantize import quantize_dynamic_int8
+from hf_simple_attn.deploy.quantize import quantize_dynamic_int8
 
 import common
 
@@ -66,8 +67,8 @@ def onnx_engines(path: str, workdir: str, threads: int) -> dict:
     """ONNX Runtime float32 and int8 engines of a checkpoint, through `OnnxSeq2SeqModel.generate`."""
     import onnxruntime
 
-    from hf_simple_attn.export import OnnxSeq2SeqModel, export_onnx
-    from hf_simple_attn.quantize import quantize_onnx_int8
+    from hf_simple_attn.deploy.export import OnnxSeq2SeqModel, export_onnx
+    from hf_simple_attn.deploy.quantize import quantize_onnx_int8
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     fp32_dir = export_onnx(path, os.path.join(workdir, "onnx-fp32"))
@@ -91,7 +92,11 @@ def ctranslate2_engine(translator):
 def build_engines(path: str, workdir: str, threads: int) -> dict:
     """The engines of one checkpoint: PyTorch and ONNX Runtime float32 and int8, and CTranslate2's for the `base`
     layout."""
-    from hf_simple_attn.deploy_ctranslate2 import CTranslate2Translator, check_base_layout, convert_to_ctranslate2
+    from hf_simple_attn.deploy.ctranslate2_export import (
+        CTranslate2Translator,
+        check_base_layout,
+        convert_to_ctranslate2,
+    )
 
     model = SimpleAttnMarianMTModel.from_pretrained(path).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -1,9 +1,9 @@
 """Vocabulary shortlist against the full vocabulary on trained checkpoints: coverage, BLEU and decoding speed.
 
 For each checkpoint, a copy (the original folder is not touched) gets the shortlist built from the training split of
-the embedded corpus (`hf_simple_attn.shortlist.shortlist_from_data`: IBM Model 1, `--top-k` target tokens per source
-token, `--frequent` most frequent target tokens and the special tokens always allowed); its coverage is measured on
-the validation and test splits (the share of reference tokens among their sentence's candidates). The test split
+the embedded corpus (`hf_simple_attn.deploy.shortlist.shortlist_from_data`: IBM Model 1, `--top-k` target tokens per
+source token, `--frequent` most frequent target tokens and the special tokens always allowed); its coverage is measured
+on the validation and test splits (the share of reference tokens among their sentence's candidates). The test split
 (`--sentences` first ones) is then translated in batches of `--batch-size`, in the split's order, greedy and with
 `--beams` beams, by each engine, `--repeats` times (engines interleaved in a rotated order, after one warm-up batch
 each): `full` (no shortlist), `shortlist` (`use_shortlist=True`: the union of the batch's candidates, as in Marian and
@@ -33,10 +33,10 @@ import torch
 from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList
 
 from hf_simple_attn import SimpleAttnMarianMTModel
+from hf_simple_attn.deploy.shortlist import Shortlist, shortlist_coverage, shortlist_from_data, tokenized_pairs
 from hf_simple_attn.modeling.vocab_shortlist import CandidateRows, shortlist_logits
-from hf_simple_attn.shortlist import Shortlist, shortlist_coverage, shortlist_from_data, tokenized_pairs
-from hf_simple_attn.training_args import ModelArguments
-from hf_simple_attn.translation_task import DataTrainingArguments, load_raw_datasets
+from hf_simple_attn.training.arguments import ModelArguments
+from hf_simple_attn.training.translation_task import DataTrainingArguments, load_raw_datasets
 
 import common
 

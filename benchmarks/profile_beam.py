@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from hf_simple_attn.sizes import SIZES
+from hf_simple_attn.training.sizes import SIZES
 
 import bench_deployment
 import common
@@ -28,8 +28,8 @@ import common
 # (label, end of the file's path, function name): the section is the largest cumulative time among the matches
 # (a processor list's `__call__` holds its processors'). Indented labels are parts of the label above them.
 SECTIONS = [
-    ("encoder graph", "hf_simple_attn/export.py", "encode"),
-    ("decoder step (graph + feeds)", "hf_simple_attn/export.py", "decode"),
+    ("encoder graph", "hf_simple_attn/deploy/export.py", "encode"),
+    ("decoder step (graph + feeds)", "hf_simple_attn/deploy/export.py", "decode"),
     ("model forward (PyTorch)", "modeling/modeling_simple_attn_marian.py", "forward"),
     ("  shortlist projection", "modeling/vocab_shortlist.py", "shortlist_logits"),
     ("log-softmax over the vocabulary", "torch/nn/functional.py", "log_softmax"),
@@ -39,7 +39,7 @@ SECTIONS = [
     ("running beams for the next step", "generation/utils.py", "_get_running_beams_for_next_iteration"),
     ("finished beams", "generation/utils.py", "_update_finished_beams"),
     ("early-stop check", "generation/utils.py", "_check_early_stop_heuristic"),
-    ("cache reorder (ONNX past)", "hf_simple_attn/export.py", "reorder_past"),
+    ("cache reorder (ONNX past)", "hf_simple_attn/deploy/export.py", "reorder_past"),
     ("cache reorder (PyTorch cache)", "modeling/cache.py", "reorder_cache"),
     ("inputs for the next step", "modeling/modeling_simple_attn_marian.py", "prepare_inputs_for_generation"),
 ]

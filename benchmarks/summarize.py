@@ -1,4 +1,5 @@
-"""Markdown tables from the benchmark JSON files (for the README).
+"""Markdown tables from the benchmark JSON files (the documentation's benchmark and deployment pages embed them at
+build time, docs/hooks.py).
 
     python benchmarks/summarize.py benchmarks/results/decoding.json benchmarks/results/training.json \\
         benchmarks/results/length_scaling.json
@@ -217,6 +218,111 @@ def gpu(data: dict) -> list[str]:
     return lines + [""]
 
 
+def int8(data: dict) -> list[str]:
+    """bench_int8.py: BLEU of each engine and precision on trained checkpoints, and the share of sentences
+    translated exactly as PyTorch float32 does (speeds are in the JSON; on a shared machine they are noisy)."""
+    lines = [
+        f"{data['sentences']} test sentences, batch {data['settings']['batch_size']}, beam {data['settings']['beams']}",
+        "",
+        "| checkpoint | engine | BLEU beam | vs PyTorch fp32 | identical to PyTorch fp32 | BLEU greedy | vs PyTorch fp32 "
+        "| identical to PyTorch fp32 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for checkpoint in data["checkpoints"]:
+        for engine, entry in checkpoint["engines"].items():
+            change = entry["vs_pytorch_fp32"]
+            lines.append(
+                f"| {checkpoint['name']} | {engine} | {entry['beam']['bleu']:.2f} | {change['beam_bleu_change']:+.2f} "
+                f"| {100 * entry['beam']['identical']:.1f}% | {entry['greedy']['bleu']:.2f} | "
+                f"{change['greedy_bleu_change']:+.2f} | {100 * entry['greedy']['identical']:.1f}% |"
+            )
+    lines.append("")
+    for check in data.get("checks", []):
+        lines.append(
+            f"- {check['check']}: {check['bleu_lost']:+.2f} BLEU lost (target at most {check['target']})"
+            f"{'' if check['reached'] else ' — not reached'}"
+        )
+    return lines + [""]
+
+
+def shortlist(data: dict) -> list[str]:
+    """bench_shortlist.py: coverage of the shortlist on trained checkpoints, BLEU and speed with and without it, and
+    the output projection and decoding at a large vocabulary."""
+    lines = []
+    names = {"full": "full vocabulary", "shortlist": "shortlist", "own": "each sentence's own candidates"}
+    for checkpoint in data["checkpoints"]:
+        built = checkpoint["shortlist"]
+        lines += [
+            f"**{checkpoint['name']}**: top {built['top_k']}, {built['always_allowed']} tokens always allowed, built in "
+            f"{built['build_seconds']:.0f} s from {built['training_pairs']:,} training pairs",
+            "",
+            "| split | reference tokens covered | sentences covered | candidates per sentence | candidates per batch |",
+            "|---|---|---|---|---|",
+        ]
+        for split in ("validation", "test"):
+            cover = built[split]
+            lines.append(
+                f"| {split} | {100 * cover['coverage']:.1f}% | {100 * cover['sentences_covered']:.1f}% | "
+                f"{cover['candidates_per_sentence']:.0f} | {cover['candidates_per_batch']:.0f} "
+                f"({100 * cover['vocabulary_share_per_batch']:.0f}% of the vocabulary) |"
+            )
+        lines += [
+            "",
+            "| decoding | search | BLEU | vs full | identical to full | sentences/s | × wall | × CPU |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for mode in ("greedy", "beam"):
+            for name, entry in checkpoint.get(mode, {}).items():
+                versus = entry["vs_full"]
+                lines.append(
+                    f"| {names.get(name, name)} | {mode} | {entry['bleu']:.2f} | {versus['bleu_change']:+.2f} | "
+                    f"{100 * entry['identical']:.1f}% | {entry['sentences_per_second']['median']:.1f} | "
+                    f"{versus['speedup']:.2f} | {versus['cpu_speedup']:.2f} |"
+                )
+        lines.append("")
+    large = data.get("large_vocabulary")
+    if large:
+        lines += [
+            f"**{large['size']}, {large['vocab_size']:,}-token vocabulary, untrained weights**: {large['sentences']} "
+            f"sentences, {large['candidates']:,} candidates",
+            "",
+            "| measured | full sentences/s | shortlist sentences/s | × wall | × CPU |",
+            "|---|---|---|---|---|",
+        ]
+        for key, label in (("projection", "output projection of one step"), ("greedy", "greedy decoding")):
+            if key in large:
+                full, short = large[key]["full"], large[key]["shortlist"]
+                lines.append(
+                    f"| {label} | {full['sentences_per_second']['median']:.2f} | "
+                    f"{short['sentences_per_second']['median']:.2f} | {short['vs_full']['speedup']:.2f} | "
+                    f"{short['vs_full']['cpu_speedup']:.2f} |"
+                )
+        lines.append("")
+    return lines
+
+
+def profile_beam(data: dict) -> list[str]:
+    """profile_beam.py: where one beam-search call spends its time, per engine (seconds under cProfile); sections
+    under 2 % of every call are summed into "rest"."""
+    settings, engines = data["settings"], data["engines"]
+    names = dict.fromkeys(name for entry in engines.values() for name in entry["sections"])
+    shown = [n for n in names if max(e["sections"].get(n, {}).get("share", 0) for e in engines.values()) >= 0.02]
+    lines = [
+        f"{settings['size']}, batch {settings['batch_size']}, beam {settings['beams']}, {settings['source_length']}-token "
+        f"sources, {settings['new_tokens']} new tokens, length control `{settings['length_control']}`: seconds of one "
+        "call under cProfile",
+        "",
+        "| engine | call | " + " | ".join(n.strip() for n in shown) + " | rest |",
+        "|---|---|" + "---|" * (len(shown) + 1),
+    ]
+    for name, entry in engines.items():
+        seconds = [entry["sections"][n]["seconds"] if n in entry["sections"] else None for n in shown]
+        rest = entry["profiled_seconds"] - sum(s for s in seconds if s is not None)
+        cells = ["-" if s is None else f"{s:.2f}" for s in seconds] + [f"{rest:.2f}"]
+        lines.append(f"| {name} | {entry['profiled_seconds']:.2f} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+")
@@ -231,6 +337,9 @@ def main(argv=None):
             "deployment": deployment,
             "count_ops": count_ops,
             "gpu": gpu,
+            "int8": int8,
+            "shortlist": shortlist,
+            "profile_beam": profile_beam,
         }[data["benchmark"]]
         print("\n".join(tables(data)))
         for check in data.get("targets", []):

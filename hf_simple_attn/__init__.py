@@ -1,6 +1,8 @@
 """Simplified attention from machine-translation research as Hugging Face Transformers models.
 
-Importing the package registers the models with the Auto classes.
+Importing the package registers the models with the Auto classes. The subpackages, by concern: `modeling` (the
+models; the code that travels with checkpoints), `training` (what the training scripts share), `deploy` (ONNX,
+CTranslate2, int8, shortlists), `studies` (the reproduction studies), `data` (offline corpora) and `metrics`.
 """
 
 from transformers import (

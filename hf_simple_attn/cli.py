@@ -19,12 +19,12 @@ import sys
 import tempfile
 
 from .modeling.presets import PRESETS
-from .sizes import bert_size, marian_size
+from .training.sizes import bert_size, marian_size
 
 
 # Exit status of a process stopped by SIGPIPE (128 + 13), as `yes | head -1` leaves it.
 BROKEN_PIPE_STATUS = 141
-# The sizes `describe` offers per kind of model (hf_simple_attn.sizes), and their config fields.
+# The sizes `describe` offers per kind of model (hf_simple_attn.training.sizes), and their config fields.
 KIND_SIZES = {
     "seq2seq": {name: marian_size(name) for name in ("opus-mt", "small")},
     "encoder": {name: bert_size(name) for name in ("bert-base", "small")},
@@ -46,8 +46,8 @@ def describe(preset: str, model_kind: str, size: str) -> None:
     import torch
 
     from . import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
-    from .analysis import layout_table
-    from .model_card import ATTENTION_PARAMETER
+    from .training.layout_table import layout_table
+    from .training.model_card import ATTENTION_PARAMETER
 
     config_class, model_class = {
         "seq2seq": (SimpleAttnMarianConfig, SimpleAttnMarianMTModel),
@@ -63,7 +63,7 @@ def describe(preset: str, model_kind: str, size: str) -> None:
 
 
 def analyze(args: argparse.Namespace) -> None:
-    from .study_analysis import analyze_checkpoint
+    from .studies.analysis import analyze_checkpoint
 
     output_dir = args.output_dir or f"{args.run_dir}/analysis"
     analysis = analyze_checkpoint(
@@ -95,18 +95,18 @@ def export(args: argparse.Namespace) -> None:
             raise ValueError(
                 f"{args.run_dir}: CTranslate2 conversion is for seq2seq checkpoints; export this encoder (BERT) "
                 f"checkpoint to ONNX instead: hf-simple-attn export {args.run_dir} OUT_DIR --format onnx "
-                "(hf_simple_attn.export_bert.export_bert_onnx)"
+                "(hf_simple_attn.deploy.export_bert.export_bert_onnx)"
             )
-        from .deploy_ctranslate2 import convert_to_ctranslate2
+        from .deploy.ctranslate2_export import convert_to_ctranslate2
 
         convert_to_ctranslate2(args.run_dir, args.out_dir, quantization=args.quantization)
     else:
         if is_encoder:
-            from .export_bert import export_bert_onnx as export_graphs
+            from .deploy.export_bert import export_bert_onnx as export_graphs
         else:
-            from .export import export_onnx as export_graphs
+            from .deploy.export import export_onnx as export_graphs
         if args.quantization == "int8":
-            from .quantize import quantize_onnx_int8
+            from .deploy.quantize import quantize_onnx_int8
 
             with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out_dir))) as float_dir:
                 quantize_onnx_int8(export_graphs(args.run_dir, float_dir), args.out_dir)
@@ -123,18 +123,20 @@ SHORTLIST_DATA_OPTIONS = {
     "validation_file": (str, "validation data, for the coverage report"),
     "source_lang": (str, "source language (default for the offline corpora: en)"),
     "target_lang": (str, "target language"),
-    "corpus_cache_dir": (str, "where the offline corpora are built"),
+    "data_cache_dir": (str, "where the offline corpora are built"),
     "max_train_samples": (int, "only the first N training pairs"),
     "max_source_length": (int, "as in training (default 128)"),
     "max_target_length": (int, "as in training (default 128)"),
     "source_prefix": (str, "as in training"),
 }
+# Former names of these options, still accepted.
+SHORTLIST_OPTION_ALIASES = {"data_cache_dir": ["--corpus_cache_dir"]}
 
 
 def shortlist(args: argparse.Namespace) -> None:
     """Build a vocabulary shortlist from the training data and add it to the checkpoint; report its coverage."""
-    from .shortlist import shortlist_from_data
-    from .translation_task import DataTrainingArguments
+    from .deploy.shortlist import shortlist_from_data
+    from .training.translation_task import DataTrainingArguments
 
     data_options = {name: getattr(args, name) for name in SHORTLIST_DATA_OPTIONS if getattr(args, name) is not None}
     report = shortlist_from_data(
@@ -159,7 +161,7 @@ def shortlist(args: argparse.Namespace) -> None:
 
 def push(args: argparse.Namespace) -> None:
     """Push a trained run folder to the Hub as the training scripts' `--push_to_hub` does (`push_checkpoint`)."""
-    from .hub import push_checkpoint
+    from .training.hub import push_checkpoint
 
     if not os.path.isfile(os.path.join(args.run_dir, "config.json")):
         raise ValueError(
@@ -231,7 +233,8 @@ def main(argv=None) -> None:
     )
     lexical.add_argument("run_dir", help="a translation checkpoint saved with its tokenizer (changed in place)")
     for name, (value_type, help_text) in SHORTLIST_DATA_OPTIONS.items():
-        lexical.add_argument(f"--{name}", type=value_type, default=None, help=help_text)
+        aliases = SHORTLIST_OPTION_ALIASES.get(name, [])
+        lexical.add_argument(f"--{name}", *aliases, type=value_type, default=None, help=help_text)
     lexical.add_argument("--top_k", type=int, default=50, help="target tokens kept per source token")
     lexical.add_argument("--frequent", type=int, default=100, help="most frequent target tokens, always allowed")
     lexical.add_argument("--iterations", type=int, default=5, help="EM iterations of IBM Model 1")

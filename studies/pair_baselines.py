@@ -1,14 +1,14 @@
 """A sentence-pair study's reach shares and length rule: `python studies/pair_baselines.py
 glue-local-bible-paraphrase --reach 12 36 72` (reach = layers x k of a band-k layout; see
-`hf_simple_attn.study_pair_baselines`)."""
+`hf_simple_attn.studies.pair_baselines`)."""
 
 import argparse
 import json
 import sys
 from pathlib import Path
 
-from hf_simple_attn.study import load_study
-from hf_simple_attn.study_pair_baselines import pair_baselines
+from hf_simple_attn.studies.pair_baselines import pair_baselines
+from hf_simple_attn.studies.runner import load_study
 
 
 def main(argv: list[str] | None = None) -> int:

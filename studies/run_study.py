@@ -1,4 +1,4 @@
-"""Run a study: `python studies/run_study.py studies/<name>.json --jobs 2` (see `hf_simple_attn.study`).
+"""Run a study: `python studies/run_study.py studies/<name>.json --jobs 2` (see `hf_simple_attn.studies.runner`).
 
 Start it again after an interruption: finished runs are skipped, unfinished ones continue from their last checkpoint.
 """
@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from hf_simple_attn.study import StudyError, load_study, run_study
+from hf_simple_attn.studies.runner import StudyError, load_study, run_study
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     analyze = None
     if not args.no_analyses:
-        from hf_simple_attn.study_analysis import analyze_run as analyze
+        from hf_simple_attn.studies.analysis import analyze_run as analyze
     # `kill` (SIGTERM) stops the training runs too; their checkpoints stay for the next start.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     written = run_study(study, jobs=args.jobs, analyze=analyze, retries=args.retries)

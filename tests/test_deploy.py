@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 import torch
 
-from hf_simple_attn.quantize import DynamicQuantizedLinear, quantize_dynamic_int8
+from hf_simple_attn.deploy.quantize import DynamicQuantizedLinear, quantize_dynamic_int8
 
 from conftest import TINY_MARIAN, make_model
 
@@ -31,7 +31,7 @@ def content_ids(row: torch.Tensor) -> list[int]:
 def converted(tmp_path_factory, tiny_tokenizer):
     """A tiny random `base` model, saved and converted. Like a trained one, its <pad> embedding (the decoder start)
     is not zero; its final_logits_bias is not zero either, as a Marian checkpoint's may be."""
-    from hf_simple_attn.deploy_ctranslate2 import CTranslate2Translator, convert_to_ctranslate2
+    from hf_simple_attn.deploy.ctranslate2_export import CTranslate2Translator, convert_to_ctranslate2
 
     model = make_model("base")
     generator = torch.Generator().manual_seed(1)
@@ -76,7 +76,7 @@ def test_ctranslate2_scores_equal_log_probabilities(converted, tiny_tokenizer):
 
 @needs_ctranslate2
 def test_ctranslate2_int8_translates(tmp_path, tiny_tokenizer):
-    from hf_simple_attn.deploy_ctranslate2 import CTranslate2Translator, convert_to_ctranslate2
+    from hf_simple_attn.deploy.ctranslate2_export import CTranslate2Translator, convert_to_ctranslate2
 
     folder = saved(make_model("base"), tiny_tokenizer, tmp_path / "model")
     convert_to_ctranslate2(folder, tmp_path / "ct2", quantization="int8")
@@ -87,7 +87,7 @@ def test_ctranslate2_int8_translates(tmp_path, tiny_tokenizer):
 def test_the_shortlist_becomes_ctranslate2_vocabulary_map(tmp_path, tiny_tokenizer):
     """A checkpoint's shortlist converts to `vmap.txt`; CTranslate2 then decodes over the batch's candidates (and
     `<unk>`, which it always allows) as `generate(use_shortlist=True)` does."""
-    from hf_simple_attn.deploy_ctranslate2 import CTranslate2Translator, convert_to_ctranslate2
+    from hf_simple_attn.deploy.ctranslate2_export import CTranslate2Translator, convert_to_ctranslate2
 
     model = make_model("base")
     vocab_size = model.config.vocab_size
@@ -114,10 +114,12 @@ def test_the_shortlist_becomes_ctranslate2_vocabulary_map(tmp_path, tiny_tokeniz
 
 @needs_ctranslate2
 def test_ctranslate2_refuses_other_layouts(tmp_path, tiny_tokenizer):
-    from hf_simple_attn.deploy_ctranslate2 import convert_to_ctranslate2
+    from hf_simple_attn.deploy.ctranslate2_export import convert_to_ctranslate2
 
     folder = saved(make_model("hc-sa"), tiny_tokenizer, tmp_path / "model")
-    with pytest.raises(ValueError, match=r"`base` layout.*preset 'hc-sa'.*hf_simple_attn\.export\.export_onnx"):
+    with pytest.raises(
+        ValueError, match=r"`base` layout.*preset 'hc-sa'.*hf_simple_attn\.deploy\.export\.export_onnx"
+    ):
         convert_to_ctranslate2(folder, tmp_path / "ct2")
     assert not (tmp_path / "ct2").exists()
 

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from hf_simple_attn import SimpleAttnMarianConfig, TranslationPipeline, list_presets
-from hf_simple_attn.export import (
+from hf_simple_attn.deploy.export import (
     SHORTLIST_FILE,
     DecoderStepForExport,
     DecodingContext,
@@ -24,7 +24,7 @@ from hf_simple_attn.export import (
     export_onnx,
     save_onnx,
 )
-from hf_simple_attn.quantize import quantize_onnx_int8
+from hf_simple_attn.deploy.quantize import quantize_onnx_int8
 
 from conftest import TINY_MARIAN, make_model
 
@@ -313,7 +313,7 @@ def test_onnx_shortlist_searches_the_candidates_with_every_generation_option(tmp
         raise AssertionError("searched the whole vocabulary")
 
     with monkeypatch.context() as patch:
-        patch.setattr("hf_simple_attn.export.shortlist_logits", whole_vocabulary_logits)
+        patch.setattr("hf_simple_attn.deploy.export.shortlist_logits", whole_vocabulary_logits)
         for options in (
             dict(num_beams=1, max_new_tokens=12, bad_words_ids=[[common[0]], [common[1], common[2]]]),
             dict(num_beams=1, max_new_tokens=12, min_new_tokens=6, no_repeat_ngram_size=2),

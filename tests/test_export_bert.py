@@ -19,7 +19,7 @@ from hf_simple_attn import (
     list_presets,
 )
 from hf_simple_attn.cli import main
-from hf_simple_attn.export_bert import OnnxBertModel, export_bert_onnx, export_bert_program, save_bert_onnx
+from hf_simple_attn.deploy.export_bert import OnnxBertModel, export_bert_onnx, export_bert_program, save_bert_onnx
 
 from conftest import TINY_BERT, build_bert_tokenizer, padded_bert_batch
 
@@ -143,7 +143,7 @@ def test_onnx_int8_computes_the_tied_masked_lm_output_layer_in_int8(tmp_path):
     an int8 GEMM like every other weight, and the float32 graph must still give the PyTorch logits."""
     import onnx
 
-    from hf_simple_attn.quantize import quantize_onnx_int8
+    from hf_simple_attn.deploy.quantize import quantize_onnx_int8
 
     torch.manual_seed(0)
     model = SimpleAttnBertForMaskedLM(SimpleAttnBertConfig(**{**TINY_BERT, "vocab_size": 300})).eval()

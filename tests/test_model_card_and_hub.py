@@ -20,9 +20,9 @@ from hf_simple_attn import (
     SimpleAttnMarianConfig,
     SimpleAttnMarianMTModel,
 )
-from hf_simple_attn.analysis import layout_table
-from hf_simple_attn.hub import files_to_push, push_checkpoint, push_command
-from hf_simple_attn.model_card import CITATIONS, card_template, parse_metrics, write_model_card
+from hf_simple_attn.training.hub import files_to_push, push_checkpoint, push_command
+from hf_simple_attn.training.layout_table import layout_table
+from hf_simple_attn.training.model_card import CITATIONS, card_template, parse_metrics, write_model_card
 
 from conftest import HUB_TOKEN, TINY_MARIAN, serving_hub
 
@@ -258,7 +258,8 @@ def test_push_refuses_a_folder_without_a_checkpoint(tmp_path):
 
 
 def test_card_template_is_package_data():
-    template = (resources.files("hf_simple_attn") / "model_cards" / "model_card.md").read_text(encoding="utf-8")
+    template = (resources.files("hf_simple_attn.model_cards") / "model_card.md").read_text(encoding="utf-8")
+    assert template == (REPO_ROOT / "model_cards" / "model_card.md").read_text(encoding="utf-8")
     assert card_template() == template and template.startswith("---\n{{ card_data }}\n---\n")
 
 
@@ -266,7 +267,7 @@ ZIPPED_PACKAGE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import hf_simple_attn
-from hf_simple_attn.model_card import card_template
+from hf_simple_attn.training.model_card import card_template
 assert hf_simple_attn.__file__.startswith(sys.argv[1]), hf_simple_attn.__file__
 print(card_template().splitlines()[1])
 """
@@ -278,8 +279,8 @@ def test_the_wheel_ships_the_card_template(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO_ROOT / name, source)
-    package = source / "hf_simple_attn"
-    shutil.copytree(REPO_ROOT / "hf_simple_attn", package, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("hf_simple_attn", "model_cards"):
+        shutil.copytree(REPO_ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     build = ["-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)]
     subprocess.run([sys.executable, *build], check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("hf_simple_attn-*.whl")

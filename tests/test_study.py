@@ -12,7 +12,7 @@ import pytest
 import sacrebleu
 from filelock import FileLock
 
-from hf_simple_attn.study import (
+from hf_simple_attn.studies.runner import (
     Run,
     StudyError,
     check_script_options,
@@ -30,7 +30,7 @@ from hf_simple_attn.study import (
     sweep_runs,
     write_text_atomically,
 )
-from hf_simple_attn.study_summary import load_results, paired_bootstrap, summarize
+from hf_simple_attn.studies.summary import load_results, paired_bootstrap, summarize
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -165,7 +165,7 @@ def test_a_main_run_that_is_a_finished_sweep_run_takes_its_result_when_the_run_f
         path.write_text(json.dumps(dict(result, test={"bleu": validation_bleu + 1})))
         path.with_suffix(".test.txt").write_text(f"ein Haus {validation_bleu}\n")
     assert not study.runs_dir.exists()  # trained on another machine
-    monkeypatch.setattr("hf_simple_attn.study.train", lambda *args: pytest.fail("a run was trained again"))
+    monkeypatch.setattr("hf_simple_attn.studies.runner.train", lambda *args: pytest.fail("a run was trained again"))
     [written] = run_study(study, jobs=1, poll_seconds=0)
     assert written == result_path(study, main_runs(study)[0]) == study.results_dir / "hc-sa--seed1.json"
     result = json.loads(written.read_text())
@@ -400,8 +400,8 @@ def test_a_run_another_runner_trains_is_left_to_it(tmp_path, monkeypatch, caplog
         started.append(run.name)
         return FailedProcess()
 
-    monkeypatch.setattr("hf_simple_attn.study.train", train)
-    caplog.set_level("INFO", logger="hf_simple_attn.study")
+    monkeypatch.setattr("hf_simple_attn.studies.runner.train", train)
+    caplog.set_level("INFO", logger="hf_simple_attn.studies.runner")
     with held_elsewhere, pytest.raises(RuntimeError, match=r"1 run\(s\) failed: \['hc-sa--seed1'\]"):
         run_study(study, jobs=2, poll_seconds=0, retries=0)
     assert started == ["hc-sa--seed1"]
@@ -443,9 +443,9 @@ def test_a_failed_run_is_started_again_up_to_the_retries_then_reported(tmp_path,
         result_path(study, run).write_text(json.dumps(result))
         return result
 
-    monkeypatch.setattr("hf_simple_attn.study.train", train)
-    monkeypatch.setattr("hf_simple_attn.study.collect", collect)
-    caplog.set_level("INFO", logger="hf_simple_attn.study")
+    monkeypatch.setattr("hf_simple_attn.studies.runner.train", train)
+    monkeypatch.setattr("hf_simple_attn.studies.runner.collect", collect)
+    caplog.set_level("INFO", logger="hf_simple_attn.studies.runner")
     with pytest.raises(RuntimeError, match=r"1 run\(s\) failed: \['hc-sa--seed1'\]"):
         run_study(study, jobs=2, poll_seconds=0, retries=2)
     assert sorted(started) == ["base--seed1"] * 2 + ["hc-sa--seed1"] * 3
@@ -482,7 +482,7 @@ def test_a_failed_run_is_started_again_up_to_the_retries_then_reported(tmp_path,
 )
 def test_options_a_script_would_refuse_stop_the_study_before_any_run(tmp_path, fields, message, monkeypatch):
     study = load_study(write_spec(tmp_path, **fields))
-    monkeypatch.setattr("hf_simple_attn.study.train", lambda *args: pytest.fail("a run was started"))
+    monkeypatch.setattr("hf_simple_attn.studies.runner.train", lambda *args: pytest.fail("a run was started"))
     with pytest.raises(StudyError) as error:
         run_study(study, jobs=1, poll_seconds=0)
     assert message in str(error.value) and "toy.json" in str(error.value)
@@ -490,7 +490,7 @@ def test_options_a_script_would_refuse_stop_the_study_before_any_run(tmp_path, f
 
 
 def test_the_difference_from_base_pairs_each_run_with_base_of_its_seed(tmp_path):
-    from hf_simple_attn.study_summary import results_table
+    from hf_simple_attn.studies.summary import results_table
 
     study = load_study(write_spec(tmp_path, presets=["base", "hc-sa", "sh-x"]))
 
@@ -509,7 +509,7 @@ def test_the_difference_from_base_pairs_each_run_with_base_of_its_seed(tmp_path)
 
 
 def test_the_readme_block_of_a_study_is_replaced_and_nothing_else():
-    from hf_simple_attn.study_summary import replace_block
+    from hf_simple_attn.studies.summary import replace_block
 
     text = "intro\n<!-- study:toy -->\nold table\n<!-- /study:toy -->\nafter\n<!-- study:other -->\nkeep\n<!-- /study:other -->\n"
     updated = replace_block(text, "toy", "| new | table |")

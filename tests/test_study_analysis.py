@@ -1,4 +1,4 @@
-"""The papers' analyses (`hf_simple_attn.study_analysis`): entropy, locality, GMM gates, retrieval agreement,
+"""The papers' analyses (`hf_simple_attn.studies.analysis`): entropy, locality, GMM gates, retrieval agreement,
 BLEU by length, plots, `analyze_checkpoint`, `analyze_run` and `hf-simple-attn analyze`."""
 
 import json
@@ -7,11 +7,10 @@ import math
 import pytest
 import torch
 
-from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, study_analysis
+from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.cli import main
 from hf_simple_attn.data.files import DataFileError
-from hf_simple_attn.study import Run, Study
-from hf_simple_attn.study_analysis import (
+from hf_simple_attn.studies.analysis import (
     TokenizationMismatch,
     analyze_checkpoint,
     analyze_run,
@@ -28,6 +27,7 @@ from hf_simple_attn.study_analysis import (
     row_statistics,
     site_masks,
 )
+from hf_simple_attn.studies.runner import Run, Study
 
 from conftest import TINY_MARIAN
 
@@ -227,7 +227,9 @@ def test_analyze_run_writes_json_next_to_the_result_and_plots_apart(checkpoints,
     run = Run("hc-sa", 1)
     study.runs_dir.mkdir(parents=True)
     (study.runs_dir / run.name).symlink_to(checkpoints[0])
-    monkeypatch.setattr(study_analysis, "evaluation_texts", lambda study, split: tuple(map(list, zip(*PAIRS))))
+    monkeypatch.setattr(
+        "hf_simple_attn.studies.analysis.evaluation_texts", lambda study, split: tuple(map(list, zip(*PAIRS)))
+    )
     result = study.results_dir / "hc-sa--seed1.json"
     path = analyze_run(study, run, result)
     assert path == study.results_dir / "hc-sa--seed1.analysis.json"

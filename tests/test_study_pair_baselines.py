@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from hf_simple_attn.study import load_study
-from hf_simple_attn.study_pair_baselines import length_rule, pair_baselines, rule_accuracy
+from hf_simple_attn.studies.pair_baselines import length_rule, pair_baselines, rule_accuracy
+from hf_simple_attn.studies.runner import load_study
 
 
 def words(count: int) -> str:

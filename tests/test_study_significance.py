@@ -9,8 +9,8 @@ import sacrebleu
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from hf_simple_attn.metrics import load_metric
-from hf_simple_attn.study import evaluation_labels, evaluation_texts, load_study, script_module
-from hf_simple_attn.study_summary import (
+from hf_simple_attn.studies.runner import evaluation_labels, evaluation_texts, load_study, script_module
+from hf_simple_attn.studies.summary import (
     CONFUSION_SCORES,
     bootstrap_test,
     classification_bootstrap,

@@ -1,7 +1,8 @@
 """Options the training scripts share with transformers' example scripts, each doing what it does there:
 `--config_name`, `--use_fast_tokenizer`, `--trust_remote_code`, `--forced_bos_token` (translation), `--lang`
 (summarization), `--ignore_mismatched_sizes` (GLUE), and the Accelerate loop's `--with_tracking` /
-`--report_to`, `--predict_with_generate`, `--max_length`; progress output; `torchrun` on CPUs.
+`--report_to`, `--predict_with_generate`, `--max_length`; progress output; `torchrun` on CPUs; and the one
+spelling of the offline corpora's cache, `--data_cache_dir`.
 
 Every run is a tiny model trained for a step or two, in-process through the scripts' `main(argv)`
 (the torchrun test starts a subprocess; HF_SIMPLE_ATTN_SKIP_TORCHRUN=1 skips it).
@@ -21,10 +22,10 @@ import pytest
 from accelerate.tracking import GeneralTracker
 from transformers import AutoTokenizer
 
-import hf_simple_attn.model_setup
+import hf_simple_attn.training.model_setup
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForSequenceClassification, SimpleAttnMarianConfig
-from hf_simple_attn.tokenization import train_bert_tokenizer, train_tokenizer
-from hf_simple_attn.training_args import ModelArguments
+from hf_simple_attn.training.arguments import ModelArguments, parse_script_arguments
+from hf_simple_attn.training.tokenization import train_bert_tokenizer, train_tokenizer
 
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -272,13 +273,42 @@ def test_tokenizer_training_shows_progress_unless_disable_tqdm(corpus, tmp_path,
         shown.append(kwargs["show_progress"])
         return train_tokenizer(texts, **kwargs)
 
-    monkeypatch.setattr(hf_simple_attn.model_setup, "train_tokenizer", recording_train_tokenizer)
+    monkeypatch.setattr(hf_simple_attn.training.model_setup, "train_tokenizer", recording_train_tokenizer)
     arguments = translation_args(corpus, "train") + TINY + TRAINER + ["--do_train", "--max_steps", "1"]
     run_translation.main(arguments + ["--output_dir", str(tmp_path / "quiet")])
     assert datasets.utils.are_progress_bars_disabled()
     run_translation.main(arguments + ["--disable_tqdm", "false", "--output_dir", str(tmp_path / "shown")])
     assert not datasets.utils.are_progress_bars_disabled()
     assert shown == [False, True]
+
+
+# The offline corpora's cache --------------------------------------------------------------------------------
+
+# Each script with an offline corpus of its own, so that parsing needs nothing else.
+OFFLINE_DATASET = {
+    run_translation: "libreoffice_help",
+    run_translation_no_trainer: "libreoffice_help",
+    run_glue: "rotten_tomatoes",
+    run_summarization: "debian_summarization",
+}
+
+
+def parsed_data_cache_dir(script, argv: list[str]) -> str:
+    parsed = parse_script_arguments(script.SCRIPT_ARGUMENTS, ["--dataset_name", OFFLINE_DATASET[script], *argv])
+    (data_args,) = [group for group in parsed if isinstance(group, script.DataTrainingArguments)]
+    return data_args.data_cache_dir
+
+
+@pytest.mark.parametrize("script", list(OFFLINE_DATASET), ids=lambda script: script.__name__)
+def test_every_script_takes_data_cache_dir(script, tmp_path):
+    argv = ["--data_cache_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    assert parsed_data_cache_dir(script, argv) == str(tmp_path)
+
+
+@pytest.mark.parametrize("script", [run_translation, run_translation_no_trainer], ids=lambda script: script.__name__)
+def test_the_translation_scripts_still_take_corpus_cache_dir(script, tmp_path):
+    argv = ["--corpus_cache_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    assert parsed_data_cache_dir(script, argv) == str(tmp_path)
 
 
 # torchrun ---------------------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ from transformers import LogitsProcessorList
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, TranslationPipeline
 from hf_simple_attn.cli import main
+from hf_simple_attn.deploy.shortlist import build_shortlist, shortlist_coverage
 from hf_simple_attn.modeling.candidate_vocabulary import CandidateVocabulary
 from hf_simple_attn.modeling.vocab_shortlist import CandidateRows
-from hf_simple_attn.shortlist import build_shortlist, shortlist_coverage
 
 from conftest import TINY_MARIAN, make_model, run_without_package
 
@@ -410,6 +410,19 @@ def test_cli_adds_the_shortlist_to_a_checkpoint(tmp_path, tiny_tokenizer, capsys
         main(["shortlist", str(tmp_path / "run"), "--train_file", str(tmp_path / "train.jsonl")])
     assert stopped.value.code == 2
     assert "hf-simple-attn shortlist: error: Need to specify the source language" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--data_cache_dir", "--corpus_cache_dir"])
+def test_cli_takes_the_corpus_cache_by_its_name_and_its_former_name(flag, tmp_path, monkeypatch, capsys):
+    received = []
+
+    def shortlist_from_data(run_dir, data_args, top_k, frequent, iterations):
+        received.append(data_args.data_cache_dir)
+        return {"top_k": top_k, "always_allowed": 3, "frequent": frequent, "training_pairs": 1}
+
+    monkeypatch.setattr("hf_simple_attn.deploy.shortlist.shortlist_from_data", shortlist_from_data)
+    main(["shortlist", str(tmp_path), "--dataset_name", "libreoffice_help", flag, str(tmp_path / "cache")])
+    assert received == [str(tmp_path / "cache")]
 
 
 REMOTE_SHORTLIST = textwrap.dedent(

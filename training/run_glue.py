@@ -52,18 +52,9 @@ from hf_simple_attn.data import (
     load_data_files,
 )
 from hf_simple_attn.data.files import reference_file
-from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.metrics import load_metric
-from hf_simple_attn.model_setup import (
-    build_encoder_model,
-    check_trained_from_scratch,
-    load_pretrained_tokenizer,
-    resumed_tokenizer,
-)
 from hf_simple_attn.modeling.configuration_simple_attn_bert import CLASSIFIER_POOLINGS
-from hf_simple_attn.sampling import LengthGroupedTrainer
-from hf_simple_attn.tokenization import train_bert_tokenizer
-from hf_simple_attn.training_args import (
+from hf_simple_attn.training.arguments import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
@@ -74,6 +65,15 @@ from hf_simple_attn.training_args import (
     setup_logging,
     show_progress,
 )
+from hf_simple_attn.training.hub import publish_checkpoint
+from hf_simple_attn.training.model_setup import (
+    build_encoder_model,
+    check_trained_from_scratch,
+    load_pretrained_tokenizer,
+    resumed_tokenizer,
+)
+from hf_simple_attn.training.sampling import LengthGroupedTrainer
+from hf_simple_attn.training.tokenization import train_bert_tokenizer
 
 
 logger = logging.getLogger(__name__)

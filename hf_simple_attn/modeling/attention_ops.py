@@ -6,7 +6,8 @@ family can be read (and replaced) on its own.
 No family branches on tensor values: positions and lengths are Python ints (`AttentionContext`), so that eager
 forwards never wait for the device and `torch.compile(..., fullgraph=True)` traces every preset. A traced graph
 cannot keep tensors from one call to the next: while `is_compiling()` (compile or export), families skip their
-memos; while `is_exporting()`, they also take the paths an exported decoder step needs (see `hf_simple_attn.export`).
+memos; while `is_exporting()`, they also take the paths an exported decoder step needs (see
+`hf_simple_attn.deploy.export`).
 """
 
 from collections import OrderedDict

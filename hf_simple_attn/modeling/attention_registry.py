@@ -117,7 +117,7 @@ class AttentionContext:
         (see `build_stack_state`).
     decoding_state: while decoding with a cache, this sublayer's dict of batch-first tensors kept
         from one step to the next (beam search reorders them); None without a cache. A group
-        stores under its own `state_name`. An exported decoder step (`hf_simple_attn.export`) starts
+        stores under its own `state_name`. An exported decoder step (`hf_simple_attn.deploy.export`) starts
         every state at zeros and needs its shape not to depend on the lengths.
     shared_tensors: tensors the layers of one forward share (masks, positions), made once by `shared`; keyed by
         Python values only, and kept by the copies `dataclasses.replace` makes for each cached sublayer.

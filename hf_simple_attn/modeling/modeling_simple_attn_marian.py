@@ -668,10 +668,10 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         return type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
 
     def set_vocab_shortlist(self, candidates: torch.Tensor, frequent: torch.Tensor) -> None:
-        """Attach a vocabulary shortlist (built from the training data by `hf_simple_attn.shortlist`): `candidates`
-        (source vocab, top_k), each source token's likely target tokens, -1 for none; `frequent`, the target tokens
-        every sentence may produce. Sets `config.shortlist_top_k` and `config.shortlist_frequent`; saved with the
-        weights; off until `generate(..., use_shortlist=True)`."""
+        """Attach a vocabulary shortlist (built from the training data by `hf_simple_attn.deploy.shortlist`):
+        `candidates` (source vocab, top_k), each source token's likely target tokens, -1 for none; `frequent`, the
+        target tokens every sentence may produce. Sets `config.shortlist_top_k` and `config.shortlist_frequent`; saved
+        with the weights; off until `generate(..., use_shortlist=True)`."""
         self.shortlist = new_vocab_shortlist(self.config, candidates, frequent).to(self.device)
 
     @torch.no_grad()

@@ -1,9 +1,9 @@
 """Vocabulary shortlist (Marian's lexical shortlist, CTranslate2's vocabulary map): decode over the target tokens a
 batch is likely to need instead of the whole vocabulary.
 
-The table, built from the training data (`hf_simple_attn.shortlist`), lists for each source token the `top_k` target
-tokens it most likely translates into (-1 fills the rows of tokens with fewer); every sentence may also produce the
-`frequent` target tokens and the special tokens of the config. With `generate(..., use_shortlist=True)` (or
+The table, built from the training data (`hf_simple_attn.deploy.shortlist`), lists for each source token the `top_k`
+target tokens it most likely translates into (-1 fills the rows of tokens with fewer); every sentence may also produce
+the `frequent` target tokens and the special tokens of the config. With `generate(..., use_shortlist=True)` (or
 `model.generation_config.use_shortlist = True`, saved in `generation_config.json`) the source tokens of the batch are
 looked up once per call and the search runs over these candidates alone (`candidate_vocabulary.py`: the logits of
 the candidates only, the options' token ids carried into candidate indices, the output, scores included, mapped

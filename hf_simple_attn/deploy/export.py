@@ -1,0 +1,684 @@
+"""Export a seq2seq model as two graphs (`torch.export`, ONNX) and generate with them in ONNX Runtime.
+
+The graphs, for any layout (`export_encoder` / `export_decoder_step`, written as ONNX by `export_onnx`):
+
+- encoder: `input_ids`, `attention_mask` (batch, source) -> `last_hidden_state` (batch, source, d_model) and, for
+  each decoder layer i with cross attention, its projected `cross.{i}.key` (batch, query/key slots, source,
+  head_dim; absent for value-only heads such as hard-coded ones) and `cross.{i}.value` (batch, heads, source,
+  head_dim), computed once per sentence and the same for all its beams.
+- decoder step: `input_ids` (batch, 1), `decoder_attention_mask` (batch, position + 1: ones, its length gives the
+  position of the token), `encoder_attention_mask` (batch, source), the encoder's `cross.*` tensors, then the
+  decoding state `past.*` -> `hidden_states` (batch, d_model), the decoder's output for the token, and the next
+  decoding state `present.*`, in the same order.
+- output layer: `hidden_states` (batch, d_model) -> `logits` (batch, vocab). A graph of its own, so that decoding
+  over a vocabulary shortlist skips it: with `generate(..., use_shortlist=True)` the logits of the batch's
+  candidate tokens are computed from the rows of the output layer saved beside the graphs (`shortlist.safetensors`,
+  written for a model that has a shortlist, with the shortlist's tables).
+
+The decoding state (`DecoderStepForExport.past` lists it), per decoder layer i: `past.{i}.self.key` (absent for
+value-only heads) and `past.{i}.self.value`, (batch, slots or heads, length, head_dim), where length is the number
+of earlier tokens, or a fixed window for a layer whose heads read only the last few positions (hard-coded self
+attention, `decoding_lookback`: zeros before the first token, the oldest position slides out at each step); and
+`past.{i}.self.state.{name}` / `past.{i}.cross.state.{name}`, the running quantities a family keeps from step to
+step (the GMM synthesis network's means), batch first, zeros before the first step. Before the first step every
+`past.*` tensor is zeros, of length 0 where it grows. Beam search reorders every `past.*` tensor along the batch.
+
+`OnnxSeq2SeqModel` runs the ONNX graphs with ONNX Runtime and decodes (greedy or beam search) exactly as
+transformers' `generate` does with the PyTorch model, with or without the shortlist (whose search runs over the
+batch's candidates alone: `candidate_vocabulary.py`); `TranslationPipeline(model=OnnxSeq2SeqModel(folder),
+tokenizer=...)` translates text with it.
+"""
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import AutoTokenizer, GenerationConfig, GenerationMixin
+from transformers.generation import GenerationMode, StoppingCriteriaList
+
+from ..modeling.cache import new_decoder_cache
+from ..modeling.candidate_vocabulary import CandidateVocabulary, beam_fill_token
+from ..modeling.configuration_simple_attn import SimpleAttnMarianConfig
+from ..modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel, fit_generated_length
+from ..modeling.stack import position_limits
+from ..modeling.vocab_shortlist import CandidateRows, VocabShortlist, shortlist_logits, shortlist_requested
+
+
+ENCODER_FILE, DECODER_FILE, OUTPUT_FILE = "encoder.onnx", "decoder_with_past.onnx", "output_layer.onnx"
+SHORTLIST_FILE = "shortlist.safetensors"
+
+
+@dataclasses.dataclass
+class PastSpec:
+    """One tensor of the decoding state: its input name (`present.*` as output) and its shape without the batch
+    dimension, None where it grows by one position per step."""
+
+    name: str
+    shape: tuple[int | None, ...]
+
+
+def cross_attention_names(model) -> list[tuple[int, str | None, str]]:
+    """(layer index, key name or None, value name) of every decoder layer with cross attention."""
+    names = []
+    for index, layer in enumerate(model.get_decoder().layers):
+        if layer.encoder_attn is not None:
+            key_name = f"cross.{index}.key" if layer.encoder_attn.heads.query_key_slots else None
+            names.append((index, key_name, f"cross.{index}.value"))
+    return names
+
+
+class EncoderForExport(nn.Module):
+    """The encoder graph: `input_ids`, `attention_mask` -> `last_hidden_state`, then the `cross.*` keys and values."""
+
+    input_names = ["input_ids", "attention_mask"]
+
+    def __init__(self, model):
+        super().__init__()
+        self.encoder = model.get_encoder()
+        names = cross_attention_names(model)
+        self.cross_attentions = nn.ModuleList(model.get_decoder().layers[index].encoder_attn for index, _, _ in names)
+        self.output_names = ["last_hidden_state"] + [name for _, *pair in names for name in pair if name]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden_states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        outputs = [hidden_states]
+        for attention in self.cross_attentions:
+            key, value = attention.project_keys_values(hidden_states)
+            outputs += [key, value] if attention.heads.query_key_slots else [value]
+        return tuple(outputs)
+
+
+def fill_cache_layer(layer, keys: torch.Tensor, values: torch.Tensor, length, states: dict) -> None:
+    """Load a `SimpleAttnCacheLayer` with tensors given to the graph; `length` counts every position seen."""
+    layer.dtype, layer.device = values.dtype, values.device
+    layer.keys, layer.values, layer.is_initialized = keys, values, True
+    layer.length = length
+    layer.states = states
+
+
+class DecoderStepForExport(nn.Module):
+    """The decoder step graph (see the module docstring): one token per sentence, the decoding state in and out.
+
+    The layout of the state comes from the model: each self-attention layer's window (`decoding_lookback`) and the
+    states its families keep, read from one eager step (a state's shape must not depend on the lengths).
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.decoder = model.get_decoder()
+        self.cross_names = cross_attention_names(model)
+        states = self.probe_states()
+        self.past = []
+        for index, layer in enumerate(self.decoder.layers):
+            if layer.self_attn is not None:
+                heads = layer.self_attn.heads
+                length = heads.decoding_lookback(model.dtype)
+                prefix = f"past.{index}.self."
+                if heads.query_key_slots:
+                    self.past.append(PastSpec(prefix + "key", (heads.query_key_slots, length, heads.head_dim)))
+                self.past.append(PastSpec(prefix + "value", (heads.num_heads, length, heads.head_dim)))
+            for site in ("self", "cross"):
+                for name, shape in sorted(states[site][index].items()):
+                    self.past.append(PastSpec(f"past.{index}.{site}.state.{name}", shape))
+        cross = [name for _, *pair in self.cross_names for name in pair if name]
+        self.input_names = ["input_ids", "decoder_attention_mask", "encoder_attention_mask", *cross]
+        self.input_names += [spec.name for spec in self.past]
+        self.output_names = ["hidden_states"] + ["present" + spec.name[len("past") :] for spec in self.past]
+
+    @torch.no_grad()
+    def probe_states(self) -> dict[str, list[dict[str, tuple[int, ...]]]]:
+        """{"self" | "cross": [{state name: shape without the batch}, one per layer]} after one eager step."""
+        config, device = self.model.config, self.model.device
+        cache = self.model(
+            input_ids=torch.full((1, 2), config.eos_token_id, device=device),
+            decoder_input_ids=torch.full((1, 1), config.decoder_start_token_id, device=device),
+            use_cache=True,
+        ).cache
+        return {
+            site: [{name: tuple(state.shape[1:]) for name, state in layer.states.items()} for layer in layers.layers]
+            for site, layers in (("self", cache.self_attention_cache), ("cross", cache.cross_attention_cache))
+        }
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        decoder_attention_mask: torch.Tensor,
+        encoder_attention_mask: torch.Tensor,
+        *tensors: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        named = dict(zip(self.input_names[3:], tensors))
+        batch_size = input_ids.shape[0]
+        cache = new_decoder_cache(self.model.config)
+        for index, layer in enumerate(cache.self_attention_cache.layers):
+            values = named.get(f"past.{index}.self.value")
+            if values is None:  # no self attention: the layer only counts the positions
+                values = torch.zeros(batch_size, 0, 0, 0, dtype=self.model.dtype, device=input_ids.device)
+            keys = named.get(f"past.{index}.self.key")
+            if keys is None:
+                keys = values.new_zeros(batch_size, 0, *values.shape[2:])
+            past_length = decoder_attention_mask.shape[1] - 1
+            fill_cache_layer(layer, keys, values, past_length, self.named_states(named, f"past.{index}.self.state."))
+        for index, key_name, value_name in self.cross_names:
+            values = named[value_name]
+            keys = named[key_name] if key_name else values.new_zeros(batch_size, 0, *values.shape[2:])
+            states = self.named_states(named, f"past.{index}.cross.state.")
+            fill_cache_layer(cache.cross_attention_cache.layers[index], keys, values, values.shape[2], states)
+            cache.is_updated[index] = True
+        hidden_states = self.decoder(
+            input_ids=input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_attention_mask=encoder_attention_mask,
+            cache=cache,
+            use_cache=True,
+        ).last_hidden_state
+        presents = []
+        for spec in self.past:
+            _, index, site, field, *state_name = spec.name.split(".")
+            layer = getattr(cache, f"{site}_attention_cache").layers[int(index)]
+            presents.append(layer.states[state_name[0]] if field == "state" else getattr(layer, f"{field}s"))
+        return (hidden_states[:, 0], *presents)
+
+    @staticmethod
+    def named_states(named: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+        return {name[len(prefix) :]: tensor for name, tensor in named.items() if name.startswith(prefix)}
+
+
+class OutputLayerForExport(nn.Module):
+    """The output layer graph: the decoder's output for one token -> the logits of the whole vocabulary."""
+
+    input_names, output_names = ["hidden_states"], ["logits"]
+
+    def __init__(self, model):
+        super().__init__()
+        # Its own (d_model, vocabulary) constant: tied to the embeddings, the weight reached the graph as a transpose
+        # of their table, which ONNX Runtime's int8 quantisation left in float32 (dequantised at each step).
+        self.projection = nn.Buffer(model.lm_head.weight.detach().t().contiguous())
+        self.bias = nn.Buffer(model.final_logits_bias.detach().clone())
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states @ self.projection + self.bias  # (batch, d_model) -> (batch, vocabulary)
+
+
+def export_program(module: nn.Module, args: tuple, dynamic_shapes: tuple) -> torch.export.ExportedProgram:
+    """`torch.export` without assuming sizes above 1 (`backed_size_oblivious`), so that the program also serves one
+    sentence and the empty decoding state of the first step."""
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        return torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
+
+
+def length_dim(name: str, config, site: str, minimum: int) -> torch.export.Dim:
+    """A dynamic length, at most the positions the site's learned position tables (RAN, Synthesizer) cover."""
+    limits = [max_positions for _, _, max_positions in position_limits(config.attention_layout[site])]
+    return torch.export.Dim(name, min=minimum, max=min(limits, default=None))
+
+
+def example_source(model) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two sentences of 7 tokens, the second padded by 2."""
+    input_ids = torch.full((2, 7), model.config.eos_token_id, device=model.device)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 5:] = 0
+    return input_ids, attention_mask
+
+
+def export_encoder(model) -> torch.export.ExportedProgram:
+    """The encoder graph of a seq2seq model in eval mode, for any batch size and sources of 2 tokens or more (the
+    program's guards refuse a one-token source; the ONNX graph takes it)."""
+    source = length_dim("source", model.config, "encoder_self", 2)
+    batch = torch.export.Dim("batch", min=1)
+    return export_program(EncoderForExport(model), example_source(model), ({0: batch, 1: source},) * 2)
+
+
+def export_decoder_step(model) -> torch.export.ExportedProgram:
+    """The decoder step graph of a seq2seq model in eval mode, for any batch size, sources of 2 tokens or more and
+    positions from the first (an empty decoding state) to the last its position tables cover."""
+    step = DecoderStepForExport(model)
+    input_ids, attention_mask = example_source(model)
+    with torch.no_grad():
+        cross = EncoderForExport(model)(input_ids, attention_mask)[1:]
+    batch_size, past_length, device = input_ids.shape[0], 3, model.device
+    args = (
+        torch.full((batch_size, 1), model.config.decoder_start_token_id, device=device),
+        torch.ones(batch_size, past_length + 1, dtype=torch.long, device=device),
+        attention_mask,
+        *cross,
+        *(
+            torch.zeros(
+                batch_size,
+                *(past_length if size is None else size for size in spec.shape),
+                dtype=model.dtype,
+                device=device,
+            )
+            for spec in step.past
+        ),
+    )
+    batch, source = torch.export.Dim("batch", min=1), torch.export.Dim("source", min=2)
+    # Positions so far (the token's included), and the earlier ones, the length of the states that grow.
+    steps = length_dim("steps", model.config, "decoder_self", 1)
+    past = torch.export.Dim("past", min=0, max=steps.max - 1)
+    if any(None in spec.shape for spec in step.past):
+        steps = past + 1
+    growing = [
+        {0: batch, **{dim + 1: past for dim, size in enumerate(spec.shape) if size is None}} for spec in step.past
+    ]
+    dynamic_shapes = (
+        {0: batch},
+        {0: batch, 1: steps},
+        {0: batch, 1: source},
+        (*[{0: batch, 2: source}] * len(cross), *growing),
+    )
+    return export_program(step, args, dynamic_shapes)
+
+
+def export_output_layer(model) -> torch.export.ExportedProgram:
+    """The output layer graph of a seq2seq model, for any batch size."""
+    hidden_states = torch.zeros(2, model.config.d_model, dtype=model.dtype, device=model.device)
+    return export_program(OutputLayerForExport(model), (hidden_states,), ({0: torch.export.Dim("batch", min=1)},))
+
+
+def write_onnx(program: torch.export.ExportedProgram, path: Path, graph: nn.Module, opset_version: int | None) -> None:
+    """One exported program as an ONNX graph (`torch.onnx.export(..., dynamo=True)`), its inputs and outputs named
+    as the module it was exported from names them (`input_names`, `output_names`)."""
+    torch.onnx.export(
+        program,
+        f=path,
+        input_names=graph.input_names,
+        output_names=graph.output_names,
+        opset_version=opset_version,
+        dynamo=True,
+    )
+
+
+def export_onnx(model_dir_or_model, out_dir, *, opset_version: int | None = None) -> Path:
+    """Write `encoder.onnx` and `decoder_with_past.onnx` (the graphs of the module docstring, through
+    `torch.onnx.export(..., dynamo=True)`), the model's config and generation config, and its tokenizer when
+    `model_dir_or_model` is a folder that has one: what `OnnxSeq2SeqModel` loads. A model object is put in eval
+    mode. Returns `out_dir`."""
+    model, tokenizer = model_dir_or_model, None
+    if isinstance(model, (str, os.PathLike)):
+        model = SimpleAttnMarianMTModel.from_pretrained(model_dir_or_model)
+        if any(Path(model_dir_or_model).glob("tokenizer*")):
+            tokenizer = AutoTokenizer.from_pretrained(model_dir_or_model)
+    model.eval()
+    save_onnx(model, export_encoder(model), export_decoder_step(model), out_dir, opset_version=opset_version)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir)
+    return Path(out_dir)
+
+
+def save_onnx(
+    model,
+    encoder_program: torch.export.ExportedProgram,
+    decoder_program: torch.export.ExportedProgram,
+    out_dir,
+    *,
+    opset_version: int | None = None,
+) -> None:
+    """Write the programs of `export_encoder` and `export_decoder_step` of `model` as ONNX graphs, with the output
+    layer's graph, the model's config and generation config, and the shortlist's file for a model that has one."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for program, names, file_name in (
+        (encoder_program, EncoderForExport(model), ENCODER_FILE),
+        (decoder_program, DecoderStepForExport(model), DECODER_FILE),
+        (export_output_layer(model), OutputLayerForExport(model), OUTPUT_FILE),
+    ):
+        write_onnx(program, out_dir / file_name, names, opset_version)
+    if model.shortlist is not None:
+        save_shortlist(model, out_dir / SHORTLIST_FILE)
+    model.config.save_pretrained(out_dir)
+    model.generation_config.save_pretrained(out_dir)
+
+
+def save_shortlist(model, path: Path) -> None:
+    """The shortlist's tables and the output layer's rows and biases (float32), what decoding over the shortlist
+    reads in place of the output layer graph."""
+    from safetensors.torch import save_file
+
+    tensors = {
+        "candidates": model.shortlist.candidates,
+        "frequent": model.shortlist.frequent,
+        "output_weight": model.lm_head.weight.detach().float(),
+        "output_bias": model.final_logits_bias.detach().float().reshape(-1),
+    }
+    save_file({name: tensor.contiguous().cpu() for name, tensor in tensors.items()}, str(path))
+
+
+def save_int8_shortlist(source: Path, target: Path) -> None:
+    """`save_shortlist`'s file at `source` with the output layer's rows in int8, one float32 scale per row
+    (symmetric: a row's largest magnitude maps to 127), about a quarter of its size; `load_shortlist` reads both."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(source))
+    output_weight = tensors.pop("output_weight")  # (vocab, d_model) float32
+    row_scale = (output_weight.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)  # (vocab,)
+    tensors["output_weight_int8"] = torch.round(output_weight / row_scale[:, None]).clamp(-127, 127).to(torch.int8)
+    tensors["output_weight_scale"] = row_scale
+    save_file(tensors, str(target))
+
+
+ONNX_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
+
+
+@dataclasses.dataclass
+class DecodingContext:
+    """What every decoding step of one `generate` call reads besides its tokens and state: the source's
+    `attention_mask` and the encoder's `cross.*` outputs, and where the logits come from: the whole vocabulary (both
+    None), the shortlist's candidates with -inf elsewhere (`candidate_rows`, `CandidateRows.get` of the output
+    layer), or the candidates alone (`vocabulary`; the steps' tokens are then its candidate indices)."""
+
+    attention_mask: np.ndarray
+    encoder_outputs: dict[str, np.ndarray]
+    candidate_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    vocabulary: CandidateVocabulary | None = None
+
+    def repeated(self, times: int) -> "DecodingContext":
+        """Each sentence's rows `times` times in a row (beam search: one per beam)."""
+        return dataclasses.replace(
+            self,
+            attention_mask=np.repeat(self.attention_mask, times, axis=0),
+            encoder_outputs={name: np.repeat(tensor, times, axis=0) for name, tensor in self.encoder_outputs.items()},
+        )
+
+
+class OnnxSeq2SeqModel(GenerationMixin):
+    """The graphs of `export_onnx` run by ONNX Runtime, with `generate` (greedy or beam search).
+
+    `generate` takes `generate`'s arguments and decodes exactly as transformers' `generate` does with the PyTorch
+    model: the same generation config, logits processors, stopping criteria and beam search steps (transformers'
+    own), so that equal logits give equal tokens; `use_shortlist=True` decodes over the batch's candidate tokens as
+    the PyTorch model does (`vocab_shortlist.py`). Sampling and the other decoding strategies are refused.
+    """
+
+    main_input_name = "input_ids"
+    device = torch.device("cpu")
+
+    def __init__(self, onnx_dir, session_options=None, providers: list[str] | None = None):
+        """`session_options`: ONNX Runtime's, for the three graphs; by default its own with worker threads that do
+        not spin after a run (set `session.intra_op.allow_spinning` to "0" in yours): a spinning pool holds the
+        cores while the next graph, or the PyTorch work between steps, runs (1.65x slower greedy decoding of 64
+        sentences with 2 threads at opus-mt size, int8)."""
+        import onnxruntime
+
+        if session_options is None:
+            session_options = onnxruntime.SessionOptions()
+            session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        onnx_dir = Path(onnx_dir)
+        self.onnx_dir = onnx_dir
+        self.config = SimpleAttnMarianConfig.from_pretrained(onnx_dir)
+        self.generation_config = GenerationConfig.from_pretrained(onnx_dir)
+        providers = providers or ["CPUExecutionProvider"]
+        self.encoder = onnxruntime.InferenceSession(str(onnx_dir / ENCODER_FILE), session_options, providers=providers)
+        self.decoder = onnxruntime.InferenceSession(str(onnx_dir / DECODER_FILE), session_options, providers=providers)
+        self.output_layer = onnxruntime.InferenceSession(
+            str(onnx_dir / OUTPUT_FILE), session_options, providers=providers
+        )
+        self.shortlist, self.output_weight, self.output_bias = load_shortlist(self.config, onnx_dir / SHORTLIST_FILE)
+        self.past_inputs = [node for node in self.decoder.get_inputs() if node.name.startswith("past.")]
+        # The decoder's outputs are `hidden_states`, then `present.*`: the next step's `past.*`, in the same order.
+        self.next_past_names = ["past" + node.name[len("present") :] for node in self.decoder.get_outputs()[1:]]
+
+    @classmethod
+    def can_generate(cls) -> bool:
+        """What transformers' pipelines ask before they call `generate`."""
+        return True
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, np.ndarray]:
+        """What the decoder step reads of the encoder graph's outputs: the `cross.*` keys and values, by name."""
+        outputs = self.encoder.run(None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})
+        return {
+            node.name: output
+            for node, output in zip(self.encoder.get_outputs(), outputs)
+            if node.name.startswith("cross.")
+        }
+
+    def initial_past(self, batch_size: int) -> dict[str, np.ndarray]:
+        """The decoding state before the first step: zeros, of length 0 where it grows."""
+        return {
+            node.name: np.zeros(
+                [batch_size, *(size if isinstance(size, int) else 0 for size in node.shape[1:])],
+                ONNX_DTYPES[node.type],
+            )
+            for node in self.past_inputs
+        }
+
+    def decode(
+        self, input_ids: torch.Tensor, context: DecodingContext, past: dict
+    ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        """One step for the last token of each row of `input_ids` (batch, length): float32 logits (batch, vocab;
+        (batch, candidates) with `context.vocabulary`) and the next decoding state."""
+        vocabulary = context.vocabulary
+        last_tokens = input_ids[:, -1:] if vocabulary is None else vocabulary.to_vocabulary(input_ids[:, -1:])
+        feeds = {
+            "input_ids": last_tokens.numpy(),
+            "decoder_attention_mask": np.ones(input_ids.shape, dtype=np.int64),
+            "encoder_attention_mask": context.attention_mask,
+            **context.encoder_outputs,
+            **past,
+        }
+        hidden_states, *presents = self.decoder.run(None, feeds)
+        if vocabulary is not None:
+            logits = vocabulary.logits(torch.from_numpy(hidden_states))
+        elif context.candidate_rows is not None:
+            logits = shortlist_logits(torch.from_numpy(hidden_states), context.candidate_rows, len(self.output_weight))
+        else:
+            (logits,) = self.output_layer.run(None, {"hidden_states": hidden_states})
+            logits = torch.from_numpy(logits)
+        return logits.float(), dict(zip(self.next_past_names, presents))
+
+    @torch.no_grad()
+    def generate(
+        self, input_ids, attention_mask=None, generation_config: GenerationConfig | None = None, **kwargs
+    ) -> torch.LongTensor:
+        """Token ids (batch * num_return_sequences, length), starting with the decoder start token, as transformers'
+        `generate` returns them. input_ids, attention_mask: (batch, source) tensors or arrays; kwargs: generation
+        options (`num_beams`, `max_new_tokens`, `length_penalty`, `use_shortlist`, ...)."""
+        has_default_max_length = (
+            kwargs.get("max_length") is None
+            and (generation_config is None or generation_config.max_length is None)
+            and self.generation_config.max_length is None
+        )
+        has_default_min_length = (
+            kwargs.get("min_length") is None
+            and (generation_config is None or generation_config.min_length is None)
+            and self.generation_config.min_length is None
+        )
+        use_shortlist = kwargs.pop("use_shortlist", None)
+        generation_config, unused = self._prepare_generation_config(generation_config, **kwargs)
+        if use_shortlist is not None:
+            generation_config.use_shortlist = use_shortlist
+        if unused:
+            raise TypeError(f"generate: unexpected arguments {sorted(unused)}")
+        mode = generation_config.get_generation_mode()
+        if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.BEAM_SEARCH):
+            raise ValueError(f"OnnxSeq2SeqModel.generate runs greedy and beam search, not {mode.value}")
+        input_ids = torch.as_tensor(input_ids, dtype=torch.long)
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else torch.as_tensor(attention_mask)
+        attention_mask = attention_mask.to(torch.long)
+        batch_size = input_ids.shape[0]
+        self._prepare_special_tokens(generation_config, True, device=self.device, batch_size=batch_size)
+        generation_config = self._prepare_generated_length(
+            generation_config, has_default_max_length, has_default_min_length, "input_ids", 1, input_ids
+        )
+        generation_config = fit_generated_length(self.config, generation_config, has_default_max_length, 1)
+        fill_token = beam_fill_token(generation_config)
+        candidate_rows = vocabulary = None
+        if shortlist_requested(generation_config, self.shortlist):
+            candidates = self.shortlist.batch_mask(input_ids, attention_mask)
+            candidate_rows = CandidateRows().get(candidates, self.output_weight, self.output_bias)
+            vocabulary = CandidateVocabulary(*candidate_rows, len(self.output_weight))
+            search_config = vocabulary.search_config(generation_config, self)
+            if search_config is None:
+                vocabulary = None
+            else:
+                generation_config, candidate_rows = search_config, None
+                fill_token = int(vocabulary.index[fill_token]) if fill_token >= 0 else fill_token
+        logits_processor = self._get_logits_processor(
+            generation_config, input_ids_seq_length=1, encoder_input_ids=input_ids, device=self.device
+        )
+        stopping_criteria = self._get_stopping_criteria(generation_config, StoppingCriteriaList())
+        encoder_outputs = self.encode(input_ids, attention_mask)
+        decoder_input_ids = torch.full((batch_size, 1), int(generation_config._decoder_start_token_tensor))
+        context = DecodingContext(attention_mask.numpy(), encoder_outputs, candidate_rows, vocabulary)
+        search_options = (generation_config, logits_processor, stopping_criteria)
+        if mode == GenerationMode.BEAM_SEARCH:
+            sequences = self.beam_search(decoder_input_ids, context, *search_options, fill_token)
+        else:
+            sequences = self.greedy_search(decoder_input_ids, context, *search_options)
+        return sequences if vocabulary is None else vocabulary.to_vocabulary(sequences)
+
+    def greedy_search(
+        self, input_ids, context: DecodingContext, generation_config, logits_processor, stopping_criteria
+    ) -> torch.LongTensor:
+        """transformers' greedy `_sample` loop over the ONNX decoder step."""
+        pad_token_id = generation_config._pad_token_tensor
+        has_eos_stopping_criteria = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
+        unfinished_sequences = torch.ones(input_ids.shape[0], dtype=torch.long)
+        past = self.initial_past(input_ids.shape[0])
+        while True:
+            logits, past = self.decode(input_ids, context, past)
+            next_tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
+            if has_eos_stopping_criteria:
+                next_tokens = next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
+            input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+            unfinished_sequences = unfinished_sequences & ~stopping_criteria(input_ids, None)
+            if unfinished_sequences.max() == 0:
+                return input_ids
+
+    @staticmethod
+    def reorder_past(past: dict[str, np.ndarray], beam_idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The decoding state of the selected beams: row `i` of each state becomes the old row `beam_idx[i]`, in
+        place, copying only the rows whose beam changed (the state is most of the memory a step writes)."""
+        moved = np.flatnonzero(beam_idx != np.arange(len(beam_idx)))
+        if len(moved):
+            sources = beam_idx[moved]
+            for state in past.values():
+                state[moved] = state[sources]
+        return past
+
+    def beam_search(
+        self,
+        input_ids,
+        context: DecodingContext,
+        generation_config,
+        logits_processor,
+        stopping_criteria,
+        fill_token: int,
+    ) -> torch.LongTensor:
+        """transformers' `_beam_search` loop (its own steps) over the ONNX decoder step; the decoding state follows
+        the selected beams. `fill_token`: what follows the end of a finished hypothesis (`beam_fill_token`)."""
+        num_beams, max_length = generation_config.num_beams, generation_config.max_length
+        eos_token_id = generation_config._eos_token_tensor
+        early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
+        batch_size, cur_len = input_ids.shape
+        decoder_prompt_len = cur_len
+        context = context.repeated(num_beams)
+        past = self.initial_past(batch_size * num_beams)
+
+        n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
+        beams_to_keep = max(2, 1 + n_eos_tokens) * num_beams
+        top_num_beam_mask = torch.cat(
+            (torch.ones(num_beams, dtype=torch.bool), torch.zeros(beams_to_keep - num_beams, dtype=torch.bool))
+        )
+        running_sequences = torch.full((batch_size, num_beams, max_length), fill_token, dtype=torch.int64)
+        running_sequences[:, :, :cur_len] = input_ids[:, None, :]
+        sequences = running_sequences.clone()
+        running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float)
+        running_beam_scores[:, 1:] = -1e9
+        beam_scores = torch.full((batch_size, num_beams), fill_value=-1e9, dtype=torch.float)
+        is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool)
+        is_early_stop_heuristic_unsatisfied = torch.ones((batch_size, 1), dtype=torch.bool)
+        running_beam_indices = torch.full((batch_size, num_beams, max_length - cur_len), -1, dtype=torch.int32)
+        beam_indices = running_beam_indices.clone()
+        while True:
+            flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
+            logits, past = self.decode(flat_running_sequences, context, past)
+            log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
+            log_probs = self._unflatten_beam_dim(log_probs, batch_size, num_beams) + running_beam_scores[:, :, None]
+            log_probs = torch.reshape(log_probs, (batch_size, -1))
+            topk_log_probs, topk_running_sequences, topk_running_beam_indices = self._get_top_k_continuations(
+                accumulated_log_probs=log_probs,
+                running_sequences=running_sequences,
+                running_beam_indices=running_beam_indices,
+                cur_len=cur_len,
+                decoder_prompt_len=decoder_prompt_len,
+                do_sample=False,
+                beams_to_keep=beams_to_keep,
+                num_beams=num_beams,
+                batch_size=batch_size,
+            )
+            next_token_hits_stopping_criteria = self._unflatten_beam_dim(
+                stopping_criteria(self._flatten_beam_dim(topk_running_sequences[:, :, : cur_len + 1]), None),
+                batch_size,
+                beams_to_keep,
+            )
+            running_sequences, running_beam_scores, running_beam_indices = self._get_running_beams_for_next_iteration(
+                topk_log_probs=topk_log_probs,
+                topk_running_sequences=topk_running_sequences,
+                topk_running_beam_indices=topk_running_beam_indices,
+                next_token_hits_stopping_criteria=next_token_hits_stopping_criteria,
+                num_beams=num_beams,
+            )
+            sequences, beam_scores, beam_indices, is_sent_finished = self._update_finished_beams(
+                sequences=sequences,
+                topk_running_sequences=topk_running_sequences,
+                beam_scores=beam_scores,
+                topk_log_probs=topk_log_probs,
+                beam_indices=beam_indices,
+                topk_running_beam_indices=topk_running_beam_indices,
+                is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
+                is_sent_finished=is_sent_finished,
+                next_token_hits_stopping_criteria=next_token_hits_stopping_criteria,
+                top_num_beam_mask=top_num_beam_mask,
+                num_beams=num_beams,
+                cur_len=cur_len,
+                decoder_prompt_len=decoder_prompt_len,
+                length_penalty=length_penalty,
+                early_stopping=early_stopping,
+            )
+            beam_idx = self._flatten_beam_dim(running_beam_indices[..., cur_len - decoder_prompt_len]).numpy()
+            past = self.reorder_past(past, beam_idx)
+            cur_len += 1
+            is_early_stop_heuristic_unsatisfied = self._check_early_stop_heuristic(
+                is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
+                running_beam_scores=running_beam_scores,
+                beam_scores=beam_scores,
+                is_sent_finished=is_sent_finished,
+                cur_len=cur_len,
+                max_length=max_length,
+                decoder_prompt_len=decoder_prompt_len,
+                early_stopping=early_stopping,
+                length_penalty=length_penalty,
+            )
+            if not self._beam_search_has_unfinished_sequences(
+                is_early_stop_heuristic_unsatisfied,
+                is_sent_finished,
+                next_token_hits_stopping_criteria,
+                early_stopping,
+            ):
+                break
+        num_return_sequences = generation_config.num_return_sequences
+        sequences = self._flatten_beam_dim(sequences[:, :num_return_sequences, :])
+        beam_indices = self._flatten_beam_dim(beam_indices[:, :num_return_sequences, :])
+        return sequences[:, : decoder_prompt_len + (beam_indices + 1).bool().sum(dim=1).max()]
+
+
+def load_shortlist(config, path: Path) -> tuple[VocabShortlist | None, torch.Tensor | None, torch.Tensor | None]:
+    """(shortlist, output layer rows (vocab, d_model; float32, from int8 in an int8 folder), biases (vocab,)) of
+    `save_shortlist`'s file; Nones without one."""
+    if not path.is_file():
+        return None, None, None
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    shortlist = VocabShortlist(config)
+    shortlist.candidates.copy_(tensors["candidates"])
+    shortlist.frequent.copy_(tensors["frequent"])
+    if "output_weight_int8" in tensors:
+        output_weight = tensors["output_weight_int8"].float() * tensors["output_weight_scale"][:, None]
+    else:
+        output_weight = tensors["output_weight"]
+    return shortlist, output_weight, tensors["output_bias"]
