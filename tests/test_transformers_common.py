@@ -147,46 +147,37 @@ def with_skips(test_class: type) -> type:
     return test_class
 
 
-class SimpleAttnMarianModelTester:
-    """A tiny seq2seq model of one preset and its inputs, as transformers' `MarianModelTester` makes them."""
+class TinyModelTester:
+    """The sizes and inputs transformers' model testers share (`MarianModelTester`, `BertModelTester`), for a tiny
+    model of one preset (with `layout` replacing its attention layout where given)."""
 
-    def __init__(
-        self,
-        parent,
-        preset: str,
-        layout: dict | None = None,
-        batch_size=3,
-        seq_length=7,
-        is_training=True,
-        vocab_size=99,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=20,
-        dropout=0.1,
-        max_position_embeddings=64,
-        eos_token_id=2,
-        pad_token_id=1,
-        bos_token_id=0,
-        decoder_start_token_id=3,
-    ):
+    batch_size = 3
+    seq_length = encoder_seq_length = decoder_seq_length = 7
+    is_training = True
+    vocab_size = 99
+    hidden_size = 16
+    num_hidden_layers = 2
+    num_attention_heads = 4
+    intermediate_size = 20
+    dropout = 0.1
+    max_position_embeddings = 64
+
+    def __init__(self, parent, preset: str, layout: dict | None = None):
         self.parent = parent
         self.preset = preset
         self.layout = layout
-        self.batch_size = batch_size
-        self.seq_length = self.encoder_seq_length = self.decoder_seq_length = seq_length
-        self.is_training = is_training
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.dropout = dropout
-        self.max_position_embeddings = max_position_embeddings
-        self.eos_token_id = eos_token_id
-        self.pad_token_id = pad_token_id
-        self.bos_token_id = bos_token_id
-        self.decoder_start_token_id = decoder_start_token_id
+
+    def prepare_config_and_inputs_for_common(self):
+        return self.prepare_config_and_inputs()
+
+
+class SimpleAttnMarianModelTester(TinyModelTester):
+    """A tiny seq2seq model of one preset and its inputs, as transformers' `MarianModelTester` makes them."""
+
+    eos_token_id = 2
+    pad_token_id = 1
+    bos_token_id = 0
+    decoder_start_token_id = 3
 
     def get_config(self) -> SimpleAttnMarianConfig:
         return SimpleAttnMarianConfig.from_preset(
@@ -223,46 +214,12 @@ class SimpleAttnMarianModelTester:
         }
         return self.get_config(), inputs_dict
 
-    def prepare_config_and_inputs_for_common(self):
-        return self.prepare_config_and_inputs()
 
-
-class SimpleAttnBertModelTester:
+class SimpleAttnBertModelTester(TinyModelTester):
     """A tiny encoder of one preset and its inputs, as transformers' `BertModelTester` makes them (right padding)."""
 
-    def __init__(
-        self,
-        parent,
-        preset: str,
-        layout: dict | None = None,
-        batch_size=3,
-        seq_length=7,
-        is_training=True,
-        vocab_size=99,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=20,
-        dropout=0.1,
-        max_position_embeddings=64,
-        type_vocab_size=2,
-        num_labels=3,
-    ):
-        self.parent = parent
-        self.preset = preset
-        self.layout = layout
-        self.batch_size = batch_size
-        self.seq_length = self.encoder_seq_length = seq_length
-        self.is_training = is_training
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.dropout = dropout
-        self.max_position_embeddings = max_position_embeddings
-        self.type_vocab_size = type_vocab_size
-        self.num_labels = num_labels
+    type_vocab_size = 2
+    num_labels = 3
 
     def get_config(self) -> SimpleAttnBertConfig:
         return SimpleAttnBertConfig.from_preset(
@@ -290,9 +247,6 @@ class SimpleAttnBertModelTester:
         token_type_ids = ids_tensor([self.batch_size, self.seq_length], self.type_vocab_size) * attention_mask
         inputs_dict = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
         return self.get_config(), inputs_dict
-
-    def prepare_config_and_inputs_for_common(self):
-        return self.prepare_config_and_inputs()
 
 
 class SimpleAttnMarianCommonTests(ModelTesterMixin):
