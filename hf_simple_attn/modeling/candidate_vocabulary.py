@@ -64,9 +64,12 @@ class CandidateVocabulary:
         vocabulary_scores[:, self.ids] = scores
         return vocabulary_scores
 
-    def carry(self, token_ids: list[int]) -> list[int]:
-        """The candidate indices of the `token_ids` that are candidates."""
-        return [int(self.index[token]) for token in token_ids if self.index[token] >= 0]
+    def carry(self, token_ids: list[int] | torch.Tensor) -> list[int]:
+        """The candidate indices of the `token_ids` that are candidates. Which tokens are candidates depends on the
+        call's source sentences, and the search config needs Python ids: one read of the device per list, once per
+        `generate` call, before decoding."""
+        token_ids = torch.as_tensor(token_ids, dtype=torch.long, device=self.index.device).reshape(-1)
+        return [index for index in self.index[token_ids].tolist() if index >= 0]
 
     def search_config(self, generation_config: GenerationConfig, model) -> GenerationConfig | None:
         """A copy of `generation_config` (prepared by `model._prepare_special_tokens`) whose token ids are candidate
@@ -81,7 +84,7 @@ class CandidateVocabulary:
             tensor = getattr(generation_config, f"_{name}_token_tensor")
             if tensor is None:
                 continue
-            carried = self.carry(tensor.reshape(-1).tolist())
+            carried = self.carry(tensor)
             if len(carried) < (1 if name == "eos" else tensor.numel()):
                 return None
             setattr(search_config, f"{name}_token_id", carried if tensor.ndim else carried[0])
