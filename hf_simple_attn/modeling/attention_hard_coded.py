@@ -34,7 +34,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_ops import TensorMemo, apply_table, is_compiling, is_exporting, zero_padding
+from .attention_ops import TensorMemo, apply_table, is_compiling, is_exporting, python_constant, zero_padding
 from .attention_registry import (
     MAX_DISTANCE,
     AttentionContext,
@@ -191,7 +191,7 @@ class HardCodedGaussianHeads(AttentionHeads):
             positions = self.config.length_ratio * positions
             if self.spec["centre"] == "floor":
                 positions = torch.floor(positions)
-        offsets = torch.tensor(self.spec["offsets"], dtype=torch.float64, device=positions.device)
+        offsets = python_constant(self.spec["offsets"], positions.device, torch.float64)
         return positions[None, :] + offsets[:, None]
 
     def weight_table(
@@ -256,7 +256,7 @@ class HardCodedGaussianHeads(AttentionHeads):
 
         def build():
             # One query at position -first sees the taps as keys 0..last-first.
-            query = torch.tensor([-first], device=device)
+            query = torch.full((1,), -first, device=device)
             keys = torch.arange(last - first + 1, device=device)
             return self.weight_table(query, keys, is_causal)[:, 0].to(dtype)
 

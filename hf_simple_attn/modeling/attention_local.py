@@ -42,7 +42,7 @@ import re
 import torch
 from torch import nn
 
-from .attention_ops import additive_mask, attention_dropout, is_exporting, scaled_scores
+from .attention_ops import additive_mask, attention_dropout, is_exporting, python_constant, scaled_scores
 from .attention_registry import (
     MAX_DISTANCE,
     MAX_HEADS,
@@ -205,7 +205,7 @@ class LocalMaskHeads(AttentionHeads):
         """(batch, sets, ...) -> (batch, heads, ...), each set repeated for its heads."""
         if len(self.heads_per_set) == self.num_heads:
             return per_set
-        return per_set.index_select(1, torch.tensor(self.set_of_head, device=per_set.device))
+        return per_set.index_select(1, python_constant(self.set_of_head, per_set.device))
 
     def forward(
         self,
@@ -284,7 +284,7 @@ class LocalMaskHeads(AttentionHeads):
     def banded(self, query, key, value, context: AttentionContext) -> torch.Tensor:
         """Renormalised weights over each head's band only (the fast path): (batch, heads, q_len, d)."""
         first_query, query_length, key_length = context.query_start, query.shape[-2], key.shape[-2]
-        taps = torch.tensor(self.taps, device=query.device)
+        taps = python_constant(self.taps, query.device)
         # Scores against the key at each distance: (batch, sets, q_len, taps), then per head.
         scores = torch.stack(
             [(query * shifted_keys(key, first_query, query_length, d)).sum(-1) for d in self.taps], dim=-1
@@ -295,7 +295,7 @@ class LocalMaskHeads(AttentionHeads):
         keep = (key_positions >= 0) & (key_positions < key_length)
         if context.is_causal:
             keep = keep & (taps[None, :] <= 0)
-        keep = keep[None, None] & torch.tensor(self.head_taps, device=query.device)[None, :, None, :]
+        keep = keep[None, None] & python_constant(self.head_taps, query.device)[None, :, None, :]
         if context.key_padding_mask is not None:
             real = context.key_padding_mask.to(torch.int8)[:, None, :, None]  # (batch, 1, k_len, 1)
             real = torch.stack([shifted_keys(real, first_query, query_length, d)[..., 0] for d in self.taps], -1)

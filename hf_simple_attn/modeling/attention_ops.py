@@ -46,6 +46,16 @@ def is_compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+def python_constant(values: list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A tensor of Python values (a family's fixed head-to-set index, its kernel taps) on `device`, made once and
+    kept: made in each forward, it would be a host-to-device copy that makes a GPU's host wait for the device.
+    Made in the graph while compiling (a constant there)."""
+    if is_compiling():
+        return torch.tensor(values, device=device, dtype=dtype)
+    key = (repr(values), str(device), dtype)
+    return _constants.get_or_build(key, lambda: torch.tensor(values, device=device, dtype=dtype), CONSTANTS_BYTES)
+
+
 def zero_padding(value: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
     """Values (batch, heads, k_len, d) with padded keys zeroed: the same as cutting their weights,
     without a per-batch weight tensor. key_padding_mask: (batch, k_len) bool, True at real tokens."""
@@ -92,3 +102,7 @@ class TensorMemo(OrderedDict):
             _, dropped = self.popitem(last=False)
             total -= dropped.numel() * dropped.element_size()
         return tensor
+
+
+CONSTANTS_BYTES = 2**20
+_constants = TensorMemo()

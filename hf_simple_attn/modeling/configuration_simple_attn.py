@@ -65,7 +65,7 @@ class SimpleAttnMarianConfig(MarianConfig):
     length_ratio (`float`, *optional*, defaults to 1.0):
         γ, mean source length / mean target length over the training data; centres hard-coded
         cross attention at floor(γ·i).
-    loss_chunk_size (`int`, *optional*, defaults to 256):
+    loss_chunk_size (`int`, *optional*, defaults to 2048):
         In training with labels, the loss is computed over this many target tokens at a time, together with its
         gradients (`fused_cross_entropy.py`): the (tokens, vocabulary) logits of the whole batch, the largest
         activation of a translation model, are never held at once, and `logits` is None in the output. Nothing
@@ -93,7 +93,7 @@ class SimpleAttnMarianConfig(MarianConfig):
     attention_layout: dict | None = None
     attention_preset: str | None = None
     length_ratio: float | int = 1.0
-    loss_chunk_size: int = 256
+    loss_chunk_size: int = 2048
     shortlist_top_k: int = 0
     shortlist_frequent: int = 0
 

@@ -75,8 +75,11 @@ def loss_and_gradients(
     in the chunk's one vocabulary-sized tensor.
 
     Per token with logits z over V entries, ε = label_smoothing (transformers' `LabelSmoother` formula, torch's
-    `cross_entropy`): loss = (1 - ε)·(logsumexp(z) - z[label]) + ε·(logsumexp(z) - mean(z)), whose gradient with
-    respect to z is softmax(z) - (1 - ε)·onehot(label) - ε/V; zero for an ignored token (label -100).
+    `cross_entropy`): loss = -(1 - ε)·log_softmax(z)[label] - ε·mean(log_softmax(z)), whose gradient with respect
+    to z is softmax(z) - (1 - ε)·onehot(label) - ε/V; zero for an ignored token (label -100).
+
+    Each chunk runs a fixed handful of operators (on a GPU, kernels: where the host sets the pace, their number
+    does); what is per token (log-probabilities, gradients of the hidden states) is concatenated once at the end.
     """
     device_type = hidden_states.device.type
     autocast = torch.is_autocast_enabled(device_type)
@@ -86,47 +89,52 @@ def loss_and_gradients(
     needs_hidden, needs_weight, needs_bias = needs_gradients
     scored = (labels != -100)[:, None]  # (tokens, 1)
     labels = labels.clamp(min=0)[:, None]  # an index for every token; ignored ones are masked out below
-    grad_hidden = torch.empty_like(hidden_states) if needs_hidden else None
     grad_weight = torch.zeros_like(weight, dtype=accumulate_dtype) if needs_weight else None
     grad_bias = torch.zeros_like(bias, dtype=accumulate_dtype) if needs_bias else None
-    loss_sum = hidden_states.new_zeros((), dtype=accumulate_dtype)
+    label_log_probs, mean_log_probs, grad_hidden_chunks = [], [], []  # per chunk: (chunk, 1), (chunk, 1), (chunk, d)
     with torch.autocast(device_type, enabled=False):
         compute_weight = weight.to(dtype)
         compute_bias = None if bias is None else bias.to(dtype)
+        compute_hidden = hidden_states.to(dtype)
+        if any(needs_gradients):  # the -(1 - ε) that each chunk adds at its labels
+            label_step = compute_hidden.new_full((min(chunk_size, labels.shape[0]), 1), label_smoothing - 1.0)
+            label_step = label_step.to(accumulate_dtype)
         for start in range(0, labels.shape[0], chunk_size):
-            hidden_chunk = hidden_states[start : start + chunk_size].to(dtype)  # (chunk, d_model)
+            hidden_chunk = compute_hidden[start : start + chunk_size]  # (chunk, d_model)
             label_chunk, scored_chunk = labels[start : start + chunk_size], scored[start : start + chunk_size]
             if compute_bias is None:
                 logits = hidden_chunk @ compute_weight.T
             else:
                 logits = torch.addmm(compute_bias, hidden_chunk, compute_weight.T)
-            logits = logits.to(accumulate_dtype)  # (chunk, vocab), the one vocabulary-sized tensor of the chunk
-            max_logits = logits.amax(dim=-1, keepdim=True)  # (chunk, 1)
-            token_losses = -logits.gather(1, label_chunk)  # (chunk, 1)
+            # (chunk, vocab), the one vocabulary-sized tensor of the chunk, reused for the probabilities
+            log_probs = torch.log_softmax(logits, dim=-1, dtype=accumulate_dtype)
+            label_log_probs.append(log_probs.gather(1, label_chunk))
             if label_smoothing:
-                token_losses = (1 - label_smoothing) * token_losses - label_smoothing * logits.mean(-1, keepdim=True)
-            # Softmax in place of the logits.
-            probabilities = logits.sub_(max_logits).exp_()
-            exp_sums = probabilities.sum(dim=-1, keepdim=True)
-            probabilities /= exp_sums
-            token_losses = token_losses + max_logits + exp_sums.log()
-            loss_sum += torch.where(scored_chunk, token_losses, 0.0).sum()
+                mean_log_probs.append(log_probs.mean(-1, keepdim=True))
             if not any(needs_gradients):
                 continue
-            grad_logits = probabilities  # (chunk, vocab)
+            grad_logits = log_probs.exp_()  # softmax(z)
             if label_smoothing:
                 grad_logits -= label_smoothing / vocab_size
-            grad_logits.scatter_add_(1, label_chunk, grad_logits.new_full(label_chunk.shape, label_smoothing - 1))
+            grad_logits.scatter_add_(1, label_chunk, label_step[: label_chunk.shape[0]])
             grad_logits *= scored_chunk
             if needs_bias:
                 grad_bias += grad_logits.sum(0)
             grad_logits = grad_logits.to(dtype)
             if needs_hidden:
-                grad_hidden[start : start + chunk_size] = grad_logits @ compute_weight
+                grad_hidden_chunks.append(grad_logits @ compute_weight)
             if needs_weight and dtype == accumulate_dtype:
                 grad_weight.addmm_(grad_logits.T, hidden_chunk)
             elif needs_weight:  # half-precision products, summed over the chunks in float32
                 grad_weight += grad_logits.T @ hidden_chunk
+    token_losses = -torch.cat(label_log_probs) if label_log_probs else scored.new_zeros(scored.shape, dtype=dtype)
+    if label_smoothing:
+        token_losses = (1 - label_smoothing) * token_losses - label_smoothing * torch.cat(mean_log_probs)
+    loss_sum = torch.where(scored, token_losses.to(accumulate_dtype), 0.0).sum()
+    grad_hidden = None
+    if needs_hidden:
+        grad_hidden = torch.cat(grad_hidden_chunks) if grad_hidden_chunks else torch.zeros_like(hidden_states)
+        grad_hidden = grad_hidden.to(hidden_states.dtype)
     if grad_weight is not None:
         grad_weight = grad_weight.to(weight.dtype)
     if grad_bias is not None:
