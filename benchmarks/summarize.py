@@ -344,8 +344,8 @@ def main(argv=None):
         print("\n".join(tables(data)))
         for check in data.get("targets", []):
             print(
-                f"- {check['check']}: {check['measured']:.3f}× (target {check['target']}×)"
-                f"{'' if check['reached'] else ' — not reached'}"
+                f"- {check['check']}: {check['measured']:.3f}× (target {check['target']}×): "
+                f"{'reached' if check['reached'] else 'not reached'}, {check['measured'] / check['target'] - 1:+.2%}"
             )
         print()
 
