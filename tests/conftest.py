@@ -238,3 +238,19 @@ def assert_saved_as_trained(model, folder, inputs: dict) -> None:
     model.eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, rtol=0, atol=0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The count line of README.md's and docs/'s code blocks (tests/test_doc_blocks.py), at the end of a session that
+    ran that module's tests. Under pytest-xdist this runs on the controller, which has the workers' reports; the
+    counts are read from the Markdown here."""
+    reports = [report for reports in terminalreporter.stats.values() for report in reports]
+    if not any("test_doc_blocks.py" in (getattr(report, "nodeid", "") or "") for report in reports):
+        return
+    from test_doc_blocks import block_counts
+
+    try:
+        line = block_counts()
+    except ValueError as error:
+        line = f"doc blocks: cannot count them: {error}"
+    terminalreporter.write_line(line)
