@@ -472,15 +472,13 @@ def block_environment(session_dir: Path) -> dict[str, str]:
     return environment
 
 
+def run_process(command: list[str], workdir: Path, environment: dict) -> subprocess.CompletedProcess:
+    """`command` in the page's folder and environment, its output captured, within `BLOCK_TIMEOUT`."""
+    return subprocess.run(command, cwd=workdir, env=environment, capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
+
+
 def run_bash(block: Block, code: str, workdir: Path, environment: dict) -> None:
-    completed = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", code],
-        cwd=workdir,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=BLOCK_TIMEOUT,
-    )
+    completed = run_process(["bash", "-euo", "pipefail", "-c", code], workdir, environment)
     if completed.returncode != 0:
         output = (completed.stdout + completed.stderr)[-4000:]
         pytest.fail(
@@ -503,13 +501,8 @@ def run_python(block: Block, code: str, workdir: Path, environment: dict) -> Non
         )
         source = workdir / f".block-{block.line}.py"
         source.write_text(code, encoding="utf-8")
-        completed = subprocess.run(
-            [sys.executable, "-c", runner, module[0], str(source), block.where],
-            cwd=workdir,
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=BLOCK_TIMEOUT,
+        completed = run_process(
+            [sys.executable, "-c", runner, module[0], str(source), block.where], workdir, environment
         )
         if completed.returncode != 0:
             pytest.fail(f"{block.where} (python module {module[0]}) failed:\n{completed.stderr[-4000:]}")
@@ -672,16 +665,15 @@ def test_short_forms_replace_append_and_must_match():
         short_form(stale)
 
 
-def test_markers_must_sit_on_code_blocks_and_skips_need_a_reason(tmp_path):
-    page = write_page(tmp_path, "<!-- ci: skip too long -->\n```text\noutput\n```\n")
-    with pytest.raises(ValueError, match="not code"):
-        parse_page(page, tmp_path)
-    page = write_page(tmp_path, "<!-- ci: skip -->\n```bash\ntrue\n```\n")
-    with pytest.raises(ValueError, match="needs its reason"):
-        parse_page(page, tmp_path)
-    page = write_page(tmp_path, "<!-- ci: network the Hub -->\n\n```bash\ntrue\n```\n")
-    with pytest.raises(ValueError, match="not directly above a code block"):
-        parse_page(page, tmp_path)
-    page = write_page(tmp_path, "```\nls\n```\n")
-    with pytest.raises(ValueError, match="without a language"):
-        parse_page(page, tmp_path)
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("<!-- ci: skip too long -->\n```text\noutput\n```\n", "not code"),
+        ("<!-- ci: skip -->\n```bash\ntrue\n```\n", "needs its reason"),
+        ("<!-- ci: network the Hub -->\n\n```bash\ntrue\n```\n", "not directly above a code block"),
+        ("```\nls\n```\n", "without a language"),
+    ],
+)
+def test_markers_must_sit_on_code_blocks_and_skips_need_a_reason(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_page(write_page(tmp_path, text), tmp_path)
