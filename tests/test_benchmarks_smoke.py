@@ -450,6 +450,13 @@ def test_gpu_benchmark_largest_batch_search():
     assert bench_gpu.largest_batch(linear, 10**6, args)["search_limit_reached"]
 
 
+def test_gpu_benchmark_compiles_the_chosen_models_base_first():
+    assert bench_gpu.compile_order(["gmm", "mine", "hc-sa", "base"], None) == ["base", "hc-sa", "gmm", "mine"]
+    assert bench_gpu.compile_order(["gmm", "hc-sa", "base"], ["hc-sa", "base"]) == ["base", "hc-sa"]
+    with pytest.raises(SystemExit, match="--compile-models: sh-x not among --models \\(base, hc-sa\\)"):
+        bench_gpu.main(["--models", "base", "hc-sa", "--compile-models", "sh-x", "base"])
+
+
 def test_gpu_benchmark(tmp_path):
     output = tmp_path / "gpu.json"
     models = ["MarianMTModel", "base", "sh-x"]
