@@ -64,12 +64,20 @@ class CandidateVocabulary:
         vocabulary_scores[:, self.ids] = scores
         return vocabulary_scores
 
-    def carry(self, token_ids: list[int] | torch.Tensor) -> list[int]:
-        """The candidate indices of the `token_ids` that are candidates. Which tokens are candidates depends on the
-        call's source sentences, and the search config needs Python ids: one read of the device per list, once per
-        `generate` call, before decoding."""
-        token_ids = torch.as_tensor(token_ids, dtype=torch.long, device=self.index.device).reshape(-1)
-        return [index for index in self.index[token_ids].tolist() if index >= 0]
+    def carry(self, token_lists: list[list[int] | torch.Tensor]) -> list[list[int]]:
+        """For each list of target ids, the candidate indices of those of its tokens that are candidates. Which tokens
+        are candidates depends on the call's source sentences, and a search config needs Python ids: all lists are
+        looked up together, one read of the device per `generate` call, before decoding."""
+        device = self.index.device
+        token_lists = [torch.as_tensor(ids, dtype=torch.long, device=device).reshape(-1) for ids in token_lists]
+        if not token_lists:
+            return []
+        indices = self.index[torch.cat(token_lists)].tolist()
+        carried, start = [], 0
+        for ids in token_lists:
+            carried.append([index for index in indices[start : start + len(ids)] if index >= 0])
+            start += len(ids)
+        return carried
 
     def search_config(self, generation_config: GenerationConfig, model) -> GenerationConfig | None:
         """A copy of `generation_config` (prepared by `model._prepare_special_tokens`) whose token ids are candidate
@@ -79,33 +87,32 @@ class CandidateVocabulary:
         for name, off in UNCARRIED_OPTIONS.items():
             if getattr(generation_config, name, off) not in (off, None):
                 return None
+        special = {name: getattr(generation_config, f"_{name}_token_tensor") for name in SPECIAL_TOKENS}
+        special = {name: tensor for name, tensor in special.items() if tensor is not None}
+        forced = {name: getattr(generation_config, name) for name in ("forced_bos_token_id", "forced_eos_token_id")}
+        forced = {name: t if isinstance(t, list) else [t] for name, t in forced.items() if t is not None}
+        suppressed = {name: getattr(generation_config, name) for name in ("suppress_tokens", "begin_suppress_tokens")}
+        suppressed = {name: tokens for name, tokens in suppressed.items() if tokens is not None}
+        bad_words = generation_config.bad_words_ids or []
+        lists = [*special.values(), *forced.values(), *suppressed.values(), *bad_words]
+        carried = iter(self.carry(lists))  # in the order of `lists`
+
         search_config = copy.deepcopy(generation_config)
-        for name in SPECIAL_TOKENS:
-            tensor = getattr(generation_config, f"_{name}_token_tensor")
-            if tensor is None:
-                continue
-            carried = self.carry(tensor)
-            if len(carried) < (1 if name == "eos" else tensor.numel()):
+        for name, tensor in special.items():
+            ids = next(carried)
+            if len(ids) < (1 if name == "eos" else tensor.numel()):
                 return None
-            setattr(search_config, f"{name}_token_id", carried if tensor.ndim else carried[0])
-        for name in ("forced_bos_token_id", "forced_eos_token_id"):
-            token = getattr(generation_config, name)
-            if token is not None:
-                tokens = token if isinstance(token, list) else [token]
-                carried = self.carry(tokens)
-                if len(carried) < len(tokens):  # a forced token outside the candidates wins over all of them
-                    return None
-                setattr(search_config, name, carried if isinstance(token, list) else carried[0])
-        if generation_config.bad_words_ids is not None:
-            words = [self.carry(word) for word in generation_config.bad_words_ids]
-            kept = [
-                word for word, original in zip(words, generation_config.bad_words_ids) if len(word) == len(original)
-            ]
+            setattr(search_config, f"{name}_token_id", ids if tensor.ndim else ids[0])
+        for name, tokens in forced.items():
+            ids = next(carried)
+            if len(ids) < len(tokens):  # a forced token outside the candidates wins over all of them
+                return None
+            setattr(search_config, name, ids if isinstance(getattr(generation_config, name), list) else ids[0])
+        for name in suppressed:
+            setattr(search_config, name, next(carried) or None)
+        if bad_words:
+            kept = [ids for ids, word in zip(carried, bad_words) if len(ids) == len(word)]
             search_config.bad_words_ids = kept or None
-        for name in ("suppress_tokens", "begin_suppress_tokens"):
-            tokens = getattr(generation_config, name)
-            if tokens is not None:
-                setattr(search_config, name, self.carry(tokens) or None)
         model._prepare_special_tokens(search_config, True, device=model.device)
         return search_config
 
