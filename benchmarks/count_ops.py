@@ -174,7 +174,7 @@ def training_step(model, batch: dict, autocast: bool = False) -> None:
         if model.config.is_encoder_decoder:
             loss = model(**batch).loss
         else:
-            loss = model(**batch).last_hidden_state.float().sum()
+            loss = model(**batch).last_hidden_state.sum()
     loss.backward()
 
 

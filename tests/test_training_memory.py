@@ -77,6 +77,15 @@ def test_fused_loss_without_gradients_or_scored_tokens():
     assert all(tensor.grad is None or not tensor.grad.any() for tensor in (hidden, weight))
 
 
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_fused_loss_of_no_tokens_is_zero_with_zero_gradients(label_smoothing):
+    hidden = torch.randn(0, 4, requires_grad=True)
+    weight = torch.randn(6, 4, requires_grad=True)
+    loss = chunked_cross_entropy(hidden, weight, None, torch.zeros(0, dtype=torch.long), 2, label_smoothing)
+    loss.backward()
+    assert loss.item() == 0 and hidden.grad.shape == (0, 4) and not weight.grad.any()
+
+
 def test_fused_loss_under_autocast_runs_the_matmuls_in_half_precision_and_sums_in_float32():
     hidden, weight, bias = (tensor.detach().float().requires_grad_() for tensor in projection_inputs(False))
     with torch.autocast("cpu", dtype=torch.bfloat16):

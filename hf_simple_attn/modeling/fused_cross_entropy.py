@@ -96,9 +96,9 @@ def loss_and_gradients(
         compute_weight = weight.to(dtype)
         compute_bias = None if bias is None else bias.to(dtype)
         compute_hidden = hidden_states.to(dtype)
-        if any(needs_gradients):  # the -(1 - ε) that each chunk adds at its labels
-            label_step = compute_hidden.new_full((min(chunk_size, labels.shape[0]), 1), label_smoothing - 1.0)
-            label_step = label_step.to(accumulate_dtype)
+        if any(needs_gradients):  # the -(1 - ε) that each chunk's gradient adds at its labels
+            label_shape = (min(chunk_size, labels.shape[0]), 1)
+            label_step = hidden_states.new_full(label_shape, label_smoothing - 1.0, dtype=accumulate_dtype)
         for start in range(0, labels.shape[0], chunk_size):
             hidden_chunk = compute_hidden[start : start + chunk_size]  # (chunk, d_model)
             label_chunk, scored_chunk = labels[start : start + chunk_size], scored[start : start + chunk_size]
@@ -127,10 +127,13 @@ def loss_and_gradients(
                 grad_weight.addmm_(grad_logits.T, hidden_chunk)
             elif needs_weight:  # half-precision products, summed over the chunks in float32
                 grad_weight += grad_logits.T @ hidden_chunk
-    token_losses = -torch.cat(label_log_probs) if label_log_probs else scored.new_zeros(scored.shape, dtype=dtype)
-    if label_smoothing:
-        token_losses = (1 - label_smoothing) * token_losses - label_smoothing * torch.cat(mean_log_probs)
-    loss_sum = torch.where(scored, token_losses.to(accumulate_dtype), 0.0).sum()
+    if label_log_probs:
+        token_losses = -torch.cat(label_log_probs)
+        if label_smoothing:
+            token_losses = (1 - label_smoothing) * token_losses - label_smoothing * torch.cat(mean_log_probs)
+    else:  # no tokens
+        token_losses = scored.new_zeros(scored.shape, dtype=accumulate_dtype)
+    loss_sum = torch.where(scored, token_losses, 0.0).sum()
     grad_hidden = None
     if needs_hidden:
         grad_hidden = torch.cat(grad_hidden_chunks) if grad_hidden_chunks else torch.zeros_like(hidden_states)
