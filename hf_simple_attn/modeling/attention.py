@@ -124,7 +124,7 @@ class SimpleAttention(AttentionProjections):
         if self.heads.query_key_slots:
             key = self.split_heads(self.k_proj(source))
         else:
-            key = value.new_zeros(value.shape[0], 0, value.shape[2], self.head_dim)
+            key = value[:, :0]  # no heads score keys: a zero-head view, nothing allocated (nor cached: see cache.py)
         return key, value
 
     def forward(

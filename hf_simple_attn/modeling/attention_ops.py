@@ -69,7 +69,11 @@ def apply_table(table: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 
     One product per head over batch·d columns, so the table is never copied per example (a
     broadcasting `matmul` expands it to (batch·heads, q_len, k_len) and keeps that copy for backward).
+    A single query (a decoding step) is a weighted sum over the keys instead: two operators, and an output
+    whose heads are contiguous, where the product needs a copy of the values before it and one of its output after.
     """
+    if table.shape[1] == 1:
+        return (value * table[None, :, 0, :, None]).sum(dim=2, keepdim=True)
     batch_size, num_heads, key_length, head_dim = value.shape
     columns = value.permute(1, 2, 0, 3).reshape(num_heads, key_length, batch_size * head_dim)
     return torch.bmm(table, columns).view(num_heads, -1, batch_size, head_dim).permute(2, 0, 1, 3)

@@ -20,6 +20,7 @@ fills and returns; a plain `DynamicCache` becomes the self-attention half of an 
 hold this model's decoding state is refused with a `ValueError` that names the cache and what to pass instead.
 """
 
+import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache, StaticLayer
 
 
@@ -34,9 +35,14 @@ class SimpleAttnCacheLayer(DynamicLayer):
         self.length = 0  # positions seen, including those dropped by `keep_last`
 
     def update(self, key_states, value_states, *args, **kwargs):
-        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        if self.is_initialized and key_states.shape[1] == 0:
+            # Value-only heads: the keys have no heads, so they stay a view of the values (no copy per step).
+            self.values = torch.cat([self.values, value_states], dim=-2)
+            self.keys = self.values[:, :0]
+        else:
+            super().update(key_states, value_states, *args, **kwargs)
         self.length += value_states.shape[-2]
-        return keys, values
+        return self.keys, self.values
 
     def keep_last(self, positions: int) -> None:
         """Drop all but the last `positions` cached positions (the length still counts them)."""

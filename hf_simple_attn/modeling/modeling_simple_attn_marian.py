@@ -152,7 +152,7 @@ class SimpleAttnMarianDecoderLayer(SimpleAttnMarianLayer):
             hidden_states = self.self_attn_layer_norm(residual + hidden_states)
         elif cache is not None:
             # No self-attention here: cache empty states so the cache still counts the positions.
-            empty = hidden_states.new_zeros(hidden_states.shape[0], 0, hidden_states.shape[1], 0)
+            empty = hidden_states[:, None, :, :0][:, :0]  # (batch, 0, q_len, 0): a view, nothing allocated
             cache.self_attention_cache.update(empty, empty, self.layer_idx)
         if self.encoder_attn is not None:
             residual = hidden_states
