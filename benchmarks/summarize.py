@@ -323,6 +323,14 @@ def profile_beam(data: dict) -> list[str]:
     return lines + [""]
 
 
+def profile_gpu(data: dict) -> list[str]:
+    """profile_gpu.py: kernels, device and host time of a training step and a greedy generate, per model (its own
+    table, imported: it needs torch)."""
+    from profile_gpu import table
+
+    return ["```", *table(data), "```", ""]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+")
@@ -340,6 +348,7 @@ def main(argv=None):
             "int8": int8,
             "shortlist": shortlist,
             "profile_beam": profile_beam,
+            "profile_gpu": profile_gpu,
         }[data["benchmark"]]
         print("\n".join(tables(data)))
         for check in data.get("targets", []):

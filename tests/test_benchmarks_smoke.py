@@ -25,6 +25,7 @@ import bench_shortlist  # noqa: E402
 import bench_training  # noqa: E402
 import count_ops  # noqa: E402
 import profile_beam  # noqa: E402
+import profile_gpu  # noqa: E402
 import summarize  # noqa: E402
 
 
@@ -498,3 +499,38 @@ def test_gpu_benchmark(tmp_path):
         assert cell["models"]["base"]["best"]["vs_base"]["ratio_of_medians"] == 1.0
     # The targets measured at this size: training and memory (the decoding ones are at batch 64).
     assert [check["check"].split(" ")[0] for check in data["targets"]] == ["sh-x", "base", "sh-x"]
+
+
+def test_gpu_profile_on_a_cpu(tmp_path, capsys):
+    """On a CPU the profile has no CUDA fields and says so; the operator counts and times are there."""
+    output = tmp_path / "profile_gpu.json"
+    profile_gpu.main(
+        ["--device", "cpu", "--size", "tiny", "--models", "MarianMTModel", "base", "--threads", "1"]
+        + ["--batch-size", "2", "--source-length", "5", "--target-length", "4", "--warmup-steps", "1", "--steps", "1"]
+        + ["--decode-batch-size", "2", "--decode-source-length", "4", "--new-tokens", "2", "--top", "3"]
+        + ["--output", str(output)]
+    )
+    data = json.loads(output.read_text())
+    assert data["benchmark"] == "profile_gpu" and data["environment"]["device"]["type"] == "cpu"
+    assert data["cuda"] is False and data["note"] == profile_gpu.CPU_NOTE
+    assert list(data["models"]) == ["MarianMTModel", "base"]
+    for model in data["models"].values():
+        for phase in ("training", "decoding"):
+            result = model[phase]
+            assert not {"device_kernels", "device_kernel_ms", "runtime_calls", "host_waits_and_copies"} & set(result)
+            assert isinstance(result["operator_calls"], int) and result["operator_calls"] > 0
+            assert result["wall_ms"] > 0 and result["self_cpu_ms"] > 0 and len(result["wall_ms_runs"]) == 1
+            for top in ("top_operators_by_count", "top_operators_by_self_cpu"):
+                assert len(result[top]) == 3
+                assert all(isinstance(row["calls"], int) and row["calls"] > 0 for row in result[top])
+            counts = [row["calls"] for row in result["top_operators_by_count"]]
+            assert counts == sorted(counts, reverse=True)
+            ratios = {"wall_ms", "self_cpu_ms", "operator_calls"}  # no kernels, no host waits on a CPU
+            assert set(result["vs_base"]) == set(result["vs_MarianMTModel"]) == ratios
+    assert data["models"]["base"]["training"]["vs_base"]["operator_calls"] == 1.0
+    summarize.main([str(output)])
+    assert "training step: 2 sentences" in capsys.readouterr().out
+    marian = data["models"]["MarianMTModel"]["decoding"]
+    assert marian["vs_base"]["operator_calls"] == pytest.approx(
+        marian["operator_calls"] / data["models"]["base"]["decoding"]["operator_calls"]
+    )
