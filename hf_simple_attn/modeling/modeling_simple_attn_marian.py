@@ -784,8 +784,10 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
 
         transformers compiles only for caches of fixed size (`StaticCache`); ours grow by one position a step (their
         lengths are Python ints, so no step waits for the device), so the compiled step has dynamic shapes: after a
-        few recompiles in the first steps, one graph serves every length. Prefer `CompileConfig(mode="default")` or
-        `"max-autotune-no-cudagraphs"`: CUDA graphs ("reduce-overhead", the default) record one graph per length.
+        few recompiles in the first steps, one graph serves every length. On a GPU, CUDA graphs ("reduce-overhead",
+        `CompileConfig`'s default mode) then record one graph per decoded length in a first call and replay them in
+        later calls of the same lengths; `CompileConfig(mode="default")` or `"max-autotune-no-cudagraphs"` compile
+        without them.
         """
         if generation_config.disable_compile or generation_config.compile_config is None:
             return False
