@@ -8,14 +8,24 @@ import torch
 
 import hf_simple_attn.modeling.attention_hard_retrieval  # noqa: F401  (registers the family)
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
-from hf_simple_attn.modeling.attention_hard_retrieval import HardRetrievalHeads
+from hf_simple_attn.modeling.attention import set_attention_fast_paths
+from hf_simple_attn.modeling.attention_hard_retrieval import HardRetrievalHeads, sample
 from hf_simple_attn.modeling.attention_registry import AttentionContext
 
 
-def hard_heads(num_heads, head_dim, training):
+def hard_heads(num_heads, head_dim, training, fast_path=True):
     spec = HardRetrievalHeads.normalize_spec({"kind": "hard_retrieval", "num_heads": num_heads}, "cross", "test")
     heads = HardRetrievalHeads(spec, SimpleNamespace(attention_dropout=0.0), "cross", 0, head_dim)
+    heads.fast_path = fast_path
     return heads.train(training)
+
+
+def retrieved_one_hot(output, value):
+    """The one-hot rows (batch, heads, q_len, k_len) that retrieved `output` from `value` (rows all distinct); zero
+    rows where the output is zero: what the fast training path used, read back from what it returned."""
+    one_hot = (output[:, :, :, None, :] == value[:, :, None, :, :]).all(-1).float()
+    assert (one_hot.sum(-1) <= 1).all()
+    return one_hot
 
 
 def context(query_length, is_causal=False, key_padding_mask=None):
@@ -54,21 +64,35 @@ def test_inference_is_argmax_of_scores_and_deterministic():
     assert torch.equal(weights.argmax(-1), index) and torch.equal(weights.sum(-1), torch.ones(2, 3, 5))
 
 
-def test_query_without_any_allowed_key_gets_zero():
-    heads = hard_heads(1, 1, training=True)
+@pytest.mark.parametrize("training", [True, False])
+def test_query_without_any_allowed_key_gets_zero(training):
+    heads = hard_heads(1, 1, training=training)
     padding = torch.tensor([[False, False, False, False]])
     output, weights = heads(QUERY, KEY, VALUE[..., :1], context(2, key_padding_mask=padding), True)
     assert torch.equal(output, torch.zeros_like(output)) and torch.equal(weights, torch.zeros_like(weights))
+    # The fast paths (no weights asked for), with the gradient of that zero output: none.
+    query, key, value = (t.clone().requires_grad_(training) for t in (QUERY, KEY, VALUE[..., :1]))
+    output, _ = heads(query, key, value, context(2, key_padding_mask=padding))
+    assert torch.equal(output, torch.zeros_like(output))
+    if training:
+        output.sum().backward()
+        assert all(torch.equal(t.grad, torch.zeros_like(t)) for t in (query, key, value))
 
 
-def test_training_never_samples_masked_keys_and_follows_softmax():
-    heads = hard_heads(2, 1, training=True)
+@pytest.mark.parametrize("fast_path", [False, True])
+def test_training_never_samples_masked_keys_and_follows_softmax(fast_path):
     batch, length = 4000, 4
-    zeros = torch.zeros(batch, 2, length, 1)  # equal scores: P is uniform over the allowed keys
+    heads = hard_heads(2, length, training=True, fast_path=fast_path)
+    zeros = torch.zeros(batch, 2, length, length)  # equal scores: P is uniform over the allowed keys
     padding = torch.ones(batch, length, dtype=torch.bool)
     padding[:, 3] = False
     torch.manual_seed(0)
-    _, weights = heads(zeros, zeros, zeros, context(length, True, padding), True)
+    if fast_path:
+        # Value j is the j-th unit vector: each output row is the one-hot row of the key it retrieved.
+        one_hot_values = torch.eye(length).expand(batch, 2, length, length)
+        weights, _ = heads(zeros, zeros, one_hot_values, context(length, True, padding))
+    else:
+        _, weights = heads(zeros, zeros, zeros, context(length, True, padding), True)
     # Query i sees keys 0..min(i, 2): 1, 2, 3, 3 choices.
     allowed = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 0]], dtype=torch.bool)
     assert (weights[:, :, ~allowed] == 0).all()
@@ -78,24 +102,57 @@ def test_training_never_samples_masked_keys_and_follows_softmax():
     torch.testing.assert_close(frequencies, expected.float(), atol=0.03, rtol=0)
 
 
-def test_straight_through_gradients_match_the_papers_formulas():
+def test_sample_draws_as_multinomial_does():
+    probabilities = torch.softmax(torch.randn(3, 50, 7), dim=-1)
+    probabilities[0, :, 2] = 0.0
     torch.manual_seed(0)
-    heads = hard_heads(2, 3, training=True)
-    query = torch.randn(1, 2, 4, 3, requires_grad=True)
-    key = torch.randn(1, 2, 5, 3, requires_grad=True)
-    value = torch.randn(1, 2, 5, 3, requires_grad=True)
-    grad_output = torch.randn(1, 2, 4, 3)
-    padding = torch.tensor([[True, True, True, True, False]])
-    output, one_hot = heads(query, key, value, context(4, key_padding_mask=padding), True)
+    drawn = sample(probabilities)
+    torch.manual_seed(0)
+    assert torch.equal(drawn, torch.multinomial(probabilities.view(-1, 7), 1).view(3, 50))
+    assert (drawn[0] != 2).all()
+
+
+# (query length, causal, padding of the 5 keys): cross attention's padding, decoder self attention's causal mask
+# (the second row's last key padded too), neither.
+MASKS = {
+    "padding": (4, False, [[True, True, True, True, False]]),
+    "causal": (5, True, None),
+    "causal-padding": (5, True, [[True] * 5, [True, True, True, True, False]]),
+    "none": (4, False, None),
+}
+
+
+@pytest.mark.parametrize("fast_path", [False, True])
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_straight_through_gradients_match_the_papers_formulas(fast_path, mask):
+    query_length, is_causal, padding = MASKS[mask]
+    batch = 1 if padding is None else len(padding)
+    torch.manual_seed(0)
+    heads = hard_heads(2, 3, training=True, fast_path=fast_path)
+    query = torch.randn(batch, 2, query_length, 3, requires_grad=True)
+    key = torch.randn(batch, 2, 5, 3, requires_grad=True)
+    value = torch.randn(batch, 2, 5, 3, requires_grad=True)
+    grad_output = torch.randn(batch, 2, query_length, 3)
+    padding = None if padding is None else torch.tensor(padding)
+    output, one_hot = heads(query, key, value, context(query_length, is_causal, padding), not fast_path)
+    if fast_path:
+        assert one_hot is None
+        one_hot = retrieved_one_hot(output, value)
     (output * grad_output).sum().backward()
     torch.testing.assert_close(output, one_hot @ value)
+    allowed = torch.ones(batch, 1, query_length, 5, dtype=torch.bool)
+    if is_causal:
+        allowed &= torch.ones(query_length, 5, dtype=torch.bool).tril(5 - query_length)
+    if padding is not None:
+        allowed &= padding[:, None, None, :]
+    assert (one_hot[~allowed.expand_as(one_hot)] == 0).all() and (one_hot.sum(-1) == 1).all()
 
     # By hand: S = QKᵀ/√3 masked, P = softmax(S); dP = dOut·Vᵀ (Eq. 9, passed straight to P, Eq. 8);
     # softmax backward dS = P ⊙ (dP - Σ_k P_k dP_k); dQ = dS·K/√3, dK = dSᵀ·Q/√3;
     # dV = one_hotᵀ·dOut (Eq. 10: each retrieved row gets the sum of its queries' output gradients).
     with torch.no_grad():
         scores = (query @ key.transpose(-1, -2)) / 3**0.5
-        probabilities = torch.softmax(scores.masked_fill(~padding[:, None, None, :], float("-inf")), dim=-1)
+        probabilities = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         grad_probabilities = grad_output @ value.transpose(-1, -2)
         grad_scores = probabilities * (grad_probabilities - (grad_probabilities * probabilities).sum(-1, keepdim=True))
         expected_query = grad_scores @ key / 3**0.5
@@ -104,13 +161,13 @@ def test_straight_through_gradients_match_the_papers_formulas():
     torch.testing.assert_close(query.grad, expected_query)
     torch.testing.assert_close(key.grad, expected_key)
     torch.testing.assert_close(value.grad, expected_value)
-    assert (value.grad[:, :, 4] == 0).all() and (value.grad[one_hot.sum(2) == 0] == 0).all()
+    assert (value.grad[one_hot.sum(2) == 0] == 0).all()
 
     # The usual trick (one_hot + P - P.detach())·V gives the same gradients: its dV is
     # (one_hot + P - P.detach())ᵀ·dOut, numerically one_hotᵀ·dOut.
     trick_inputs = [t.detach().clone().requires_grad_(True) for t in (query, key, value)]
     trick_scores = trick_inputs[0] @ trick_inputs[1].transpose(-1, -2) / 3**0.5
-    trick_p = torch.softmax(trick_scores.masked_fill(~padding[:, None, None, :], float("-inf")), dim=-1)
+    trick_p = torch.softmax(trick_scores.masked_fill(~allowed, float("-inf")), dim=-1)
     (((one_hot + trick_p - trick_p.detach()) @ trick_inputs[2]) * grad_output).sum().backward()
     for ours, trick in zip((query, key, value), trick_inputs):
         torch.testing.assert_close(ours.grad, trick.grad)
@@ -166,6 +223,28 @@ def test_training_gradients_and_save_load(tiny_marian_kwargs, tmp_path):
     assert torch.equal(
         reloaded(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits, expected
     )
+
+
+def test_fast_training_step_equals_the_reference_from_the_same_seed(tiny_marian_kwargs):
+    """The fast path draws as `torch.multinomial` does and its SDPA backward is the reference's dP = dOut·Vᵀ through
+    the softmax: from the same RNG state, the same samples, loss and gradients (padding, causal and cross sites)."""
+    model = build_model(tiny_marian_kwargs, {**HARD_DEC, "encoder_self": "hard_retrieval"}).train()
+    labels = TARGET[:, 1:].clone()
+    labels[1, -1] = -100
+    results = []
+    for fast in (True, False):
+        set_attention_fast_paths(model, fast)
+        model.zero_grad()
+        torch.manual_seed(1)
+        loss = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, labels=labels).loss
+        loss.backward()
+        gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results.append((loss.detach(), gradients))
+    (fast_loss, fast_gradients), (reference_loss, reference_gradients) = results
+    torch.testing.assert_close(fast_loss, reference_loss)
+    assert fast_gradients.keys() == reference_gradients.keys()
+    for name, gradient in reference_gradients.items():
+        torch.testing.assert_close(fast_gradients[name], gradient, atol=1e-6, rtol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("site", ["encoder_self", "decoder_self", "cross"])

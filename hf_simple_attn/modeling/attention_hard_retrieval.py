@@ -5,49 +5,111 @@ from P (multinomial), output V[index] (Eq. 4-6). The sampling is treated as nois
 (P_hard = P + Noise), so the backward pass is straight-through:
     dP = dOut·Vᵀ                               (Eq. 8-9: the gradient of P_hard passed to P)
     dV[j] = Σ over queries that picked j of dOut  (Eq. 10: only the retrieved rows)
-and dP continues through the softmax to S, Q and K.
+and dP continues through the softmax to S, Q and K. That is the backward of the soft output P·V with V held fixed,
+so the output's gradient is handed to such a soft output (`StraightThroughRetrieval`) and to the retrieved rows.
 
 Inference: index = argmax(S) over the allowed keys, no softmax (Eq. 11); deterministic.
 
 Masked keys (padding, causal) have probability exactly 0 and are never picked; a query without any
-allowed key gets a zero output. At inference the fast path (the default) skips the mask entirely
-when every key is visible (no attention mask; encoder and cross attention, or a cached decoding step)
-and otherwise adds the mask shared by the layers: argmax, gather, no softmax and no weighted sum. Attention dropout
-does not apply (a one-hot row has nothing to drop). With `output_attentions` the returned weights are the one-hot
-rows actually used.
+allowed key gets a zero output. Attention dropout does not apply (a one-hot row has nothing to drop). With
+`output_attentions` the returned weights are the one-hot rows actually used.
+
+The fast paths (the default; the reference path runs with `output_attentions`, or with `fast_path` off) compute the
+scores as one batched product with the mask as its added input (`baddbmm`; a causal mask alone is memoised, since it
+depends on positions only) and gather the retrieved values in the layout the projections have, so that neither the
+sublayer's merge of the heads nor the values' gradient needs a copy:
+- training: P only serves to draw the index (no autograd), as `torch.multinomial` draws it but without its validity
+  checks (`sample`); the soft output P·V, V held fixed, is PyTorch's fused SDPA kernel (the same masked scaled
+  softmax), whose backward gives dQ and dK in the projections' layout without a P saved for it.
+- inference: argmax of the masked QKᵀ (the argmax of QKᵀ/√d is that of QKᵀ), no mask at all when every key is
+  visible (no attention mask; encoder and cross attention, or a cached decoding step); no softmax, no weighted sum.
 The parameters are exactly those of `dot`, so a model trained with one can decode with the other
 (the paper's Table 4) by changing the kind in its layout.
 """
 
 import torch
+from torch import nn
 
-from .attention_ops import dot_product_scores
+from .attention_ops import dot_product_scores, kept_attention_bias, python_constant
 from .attention_registry import AttentionContext, AttentionHeads, register_attention
 
 
 def retrieve(value: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """value (batch, heads, k_len, d), index (batch, heads, q_len) -> value[..., index, :] (batch, heads, q_len, d)."""
-    return torch.gather(value, 2, index[..., None].expand(*index.shape, value.shape[-1]))
+    """value (batch, heads, k_len, d), index (batch, heads, q_len) -> value[..., index, :] (batch, heads, q_len, d),
+    laid out as (batch, q_len, heads, d): the sublayer merges its heads with a view, not a copy."""
+    batch_size, num_heads, query_length = index.shape
+    positions_first = index.transpose(1, 2)[..., None].expand(batch_size, query_length, num_heads, value.shape[-1])
+    return torch.gather(value.transpose(1, 2), 1, positions_first).transpose(1, 2)
+
+
+def retrieved_rows_gradient(grad_output: torch.Tensor, index: torch.Tensor, key_length: int) -> torch.Tensor:
+    """The gradient of `retrieve` for its values (Eq. 10): each query's output gradient added to the one value row it
+    read, (batch, heads, k_len, d), laid out as (batch, k_len, heads, d) like the projected values."""
+    batch_size, num_heads, query_length, head_dim = grad_output.shape
+    positions_first = index.transpose(1, 2)[..., None].expand(batch_size, query_length, num_heads, head_dim)
+    grad_value = grad_output.new_zeros(batch_size, key_length, num_heads, head_dim)
+    return grad_value.scatter_add_(1, positions_first, grad_output.transpose(1, 2)).transpose(1, 2)
 
 
 class StraightThroughRetrieval(torch.autograd.Function):
-    """Forward: V[index]. Backward: as if the output were P_hard·V with the gradient of P_hard given to P."""
+    """Forward: V[index]. Backward: the output's gradient goes to `soft_output` (P·V with V held fixed, whose own
+    backward is dP = dOut·Vᵀ: the gradient of P_hard passed to P) and to the retrieved value rows."""
 
     @staticmethod
-    def forward(ctx, probabilities, value, index):
-        ctx.save_for_backward(value, index)
+    def forward(ctx, soft_output, value, index):
+        ctx.save_for_backward(index)
+        ctx.key_length = value.shape[-2]
         return retrieve(value, index)
 
     @staticmethod
     def backward(ctx, grad_output):
-        value, index = ctx.saved_tensors
-        grad_probabilities = grad_value = None
-        if ctx.needs_input_grad[0]:
-            grad_probabilities = torch.matmul(grad_output, value.transpose(-1, -2))  # (batch, heads, q_len, k_len)
+        (index,) = ctx.saved_tensors
+        grad_soft_output = grad_output if ctx.needs_input_grad[0] else None
+        grad_value = None
         if ctx.needs_input_grad[1]:
-            # Each query's output gradient lands on the one value row it retrieved.
-            grad_value = torch.zeros_like(value).scatter_add_(2, index[..., None].expand_as(grad_output), grad_output)
-        return grad_probabilities, grad_value, None
+            grad_value = retrieved_rows_gradient(grad_output, index, ctx.key_length)
+        return grad_soft_output, grad_value, None
+
+
+def score_bias(context: AttentionContext, key_length: int, num_heads: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """The context's mask as an additive bias of the scores (0 where allowed, the dtype's minimum elsewhere), or None
+    when every query sees every key. A causal mask alone: (1, 1, q_len, k_len), memoised (it depends on positions
+    only). With padding: (batch, heads, q_len or 1, k_len), made once per forward; flattened to batch · heads it is the
+    input of the batched product, which cannot broadcast a per-example bias over the heads."""
+    if context.sees_every_key():
+        return None
+    if context.key_padding_mask is None:
+        return kept_attention_bias(context, key_length, dtype)
+
+    def build():
+        allowed = context.allowed_keys(key_length)  # (batch, 1, q_len or 1, k_len)
+        shape = (allowed.shape[0], num_heads, *allowed.shape[2:])
+        return torch.full(shape, torch.finfo(dtype).min, dtype=dtype, device=allowed.device).masked_fill(allowed, 0.0)
+
+    return context.shared(("hard_retrieval_bias", key_length, num_heads, dtype), build)
+
+
+def query_key_products(
+    query_rows: torch.Tensor, key_rows: torch.Tensor, bias: torch.Tensor | None, scale: float = 1.0
+) -> torch.Tensor:
+    """bias + scale · QKᵀ in one batched product: query_rows (batch · heads, q_len, d), key_rows
+    (batch · heads, k_len, d) -> (batch · heads, q_len, k_len)."""
+    key_columns = key_rows.transpose(1, 2)
+    if bias is not None:
+        return torch.baddbmm(bias.flatten(0, 1), query_rows, key_columns, alpha=scale)
+    if scale == 1.0:
+        return torch.bmm(query_rows, key_columns)
+    # beta 0: the input (a zero) is ignored and the scaling is part of the product.
+    ignored = python_constant([0.0], query_rows.device, query_rows.dtype)
+    return torch.baddbmm(ignored, query_rows, key_columns, beta=0.0, alpha=scale)
+
+
+def sample(probabilities: torch.Tensor) -> torch.Tensor:
+    """One index per row drawn from `probabilities` (..., k_len) -> (...): the argmax of P / E with E ~ Exp(1), as
+    `torch.multinomial` draws one sample (the same draws from the same generator state), without its checks that
+    every row is a distribution (a softmax's always is), which run about ten more kernels inside that one operator."""
+    noise = torch.empty_like(probabilities).exponential_()
+    return (probabilities / noise).argmax(dim=-1)
 
 
 @register_attention("hard_retrieval")
@@ -65,23 +127,27 @@ class HardRetrievalHeads(AttentionHeads):
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # query: (batch, heads, q_len, d); key, value: (batch, heads, k_len, d)
-        if self.fast_path and not (self.training or output_attentions):
-            return self.retrieve_best(query, key, value, context), None
+        if self.fast_path and not output_attentions:
+            if self.training:
+                output = self.sample_and_retrieve(query, key, value, context)
+            else:
+                output = self.retrieve_best(query, key, value, context)
+            return self.zero_without_key(output, context, key.shape[-2]), None
         scores = dot_product_scores(query, key, context)  # (batch, heads, q_len, k_len)
         if self.training:
             probabilities = torch.softmax(scores, dim=-1)
             sampled = torch.multinomial(probabilities.detach().reshape(-1, scores.shape[-1]).float(), 1)
             index = sampled.view(scores.shape[:-1])  # (batch, heads, q_len)
-            output = StraightThroughRetrieval.apply(probabilities, value, index)
+            soft_output = torch.matmul(probabilities, value.detach())  # its backward: dP = dOut·Vᵀ (Eq. 9)
+            output = StraightThroughRetrieval.apply(soft_output, value, index)
         else:
             index = scores.argmax(dim=-1)
             output = retrieve(value, index)
-        has_key = self.has_key(context, key.shape[-2])
-        if has_key is not None:
-            output = output * has_key
+        output = self.zero_without_key(output, context, key.shape[-2])
         if not output_attentions:
             return output, None
         one_hot = torch.zeros_like(scores).scatter_(-1, index[..., None], 1.0)
+        has_key = self.has_key(context, key.shape[-2])
         return output, one_hot if has_key is None else one_hot * has_key
 
     @staticmethod
@@ -92,15 +158,38 @@ class HardRetrievalHeads(AttentionHeads):
             return None
         return context.shared(("has_key", key_length), lambda: context.allowed_keys(key_length).any(-1)[..., None])
 
+    def zero_without_key(self, output: torch.Tensor, context: AttentionContext, key_length: int) -> torch.Tensor:
+        """The output (batch, heads, q_len, d) with zeros for the queries that have no allowed key."""
+        has_key = self.has_key(context, key_length)
+        return output if has_key is None else output * has_key
+
+    def sample_and_retrieve(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, context: AttentionContext
+    ) -> torch.Tensor:
+        """Training: the value of a key sampled from P, (batch, heads, q_len, d), with the straight-through backward.
+        P serves the sampling only; the soft output P·V, V held fixed, carries dOut to Q and K (SDPA's backward)."""
+        query_length, key_length = query.shape[-2], key.shape[-2]
+        bias = score_bias(context, key_length, self.num_heads, query.dtype)
+        with torch.no_grad():
+            # One copy of both in heads-major rows: (batch · heads, q_len + k_len, d).
+            rows = torch.cat([query, key], dim=2).flatten(0, 1)
+            scale = query.shape[-1] ** -0.5
+            scores = query_key_products(rows[:, :query_length], rows[:, query_length:], bias, scale)
+            # P in float32, as the reference samples from it: drawn as precisely in a half-precision compute dtype.
+            probabilities = torch.softmax(scores, dim=-1, dtype=torch.float32)
+            index = sample(probabilities).view(query.shape[:-1])  # (batch, heads, q_len)
+        # As `dot`: SDPA's own causal kernel when the queries are every position of an unpadded sequence.
+        is_causal = context.key_padding_mask is None and context.is_causal and query_length == key_length
+        soft_output = nn.functional.scaled_dot_product_attention(
+            query, key, value.detach(), attn_mask=None if is_causal else bias, is_causal=is_causal
+        )
+        return StraightThroughRetrieval.apply(soft_output, value, index)
+
     def retrieve_best(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, context: AttentionContext
     ) -> torch.Tensor:
         """Inference: the value of the highest-scoring allowed key, (batch, heads, q_len, d). The arg-max of QKᵀ/√d
         is that of QKᵀ: no scaling."""
-        scores = torch.matmul(query, key.transpose(-1, -2))  # (batch, heads, q_len, k_len)
-        if context.sees_every_key():
-            return retrieve(value, scores.argmax(dim=-1))
-        index = (scores + context.attention_bias(key.shape[-2], scores.dtype)).argmax(dim=-1)
-        has_key = self.has_key(context, key.shape[-2])
-        output = retrieve(value, index)
-        return output if has_key is None else output * has_key
+        bias = score_bias(context, key.shape[-2], self.num_heads, query.dtype)
+        scores = query_key_products(query.flatten(0, 1), key.flatten(0, 1), bias)  # (batch · heads, q_len, k_len)
+        return retrieve(value, scores.argmax(dim=-1).view(query.shape[:-1]))

@@ -35,6 +35,16 @@ def dot_product_scores(query: torch.Tensor, key: torch.Tensor, context: Attentio
     return scores + context.attention_bias(key.shape[-2], scores.dtype)
 
 
+def kept_attention_bias(context: AttentionContext, key_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """`context.attention_bias` (batch or 1, 1, q_len, k_len), kept across forwards when it depends on positions only
+    (no attention mask: the causal mask, or none), as `python_constant` keeps a constant; made in the graph while
+    compiling, and per forward with padding."""
+    if context.key_padding_mask is not None or is_compiling():
+        return context.attention_bias(key_length, dtype)
+    key = (context.query_start, context.query_length, key_length, context.is_causal, dtype, str(context.device))
+    return _biases.get_or_build(key, lambda: context.attention_bias(key_length, dtype), BIASES_BYTES)
+
+
 def is_exporting() -> bool:
     """Whether `torch.export` is tracing the model (see the module docstring)."""
     return torch.compiler.is_exporting()
@@ -110,3 +120,5 @@ class TensorMemo(OrderedDict):
 
 CONSTANTS_BYTES = 2**20
 _constants = TensorMemo()
+BIASES_BYTES = 16 * 2**20
+_biases = TensorMemo()
