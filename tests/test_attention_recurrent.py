@@ -4,10 +4,12 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForSeq2SeqLM
 
 import hf_simple_attn.modeling.attention_recurrent  # noqa: F401  (registers the families)
 from hf_simple_attn import SimpleAttnMarianConfig
+from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_recurrent import (
     RandomSynthesizerHeads,
     RecurrentAttentionState,
@@ -286,6 +288,77 @@ def test_one_chain_per_forward_gives_the_per_layer_chains_loss_and_gradients(pre
     assert any("transition" in name for name in gradients)
     for name, reference in reference_gradients.items():
         torch.testing.assert_close(gradients[name], reference, atol=1e-10, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        LAYOUTS["ran-all"],
+        LAYOUTS["ran-mixed"],
+        {site: {**SYN, "attention_dropout": 0.2} for site in ("encoder_self", "decoder_self")},
+    ],
+    ids=["ran-all", "ran-mixed", "syn-r"],
+)
+def test_training_fast_path_equals_the_reference_path(layout):
+    """Training with padding and attention dropout 0.2 (RAN's default): one softmax for all the layers of a stack,
+    the chain on the rows read, the kept causal mask (fast path) give each layer's own softmax's loss and gradients
+    (reference); each layer draws its own dropout masks, in the same order on both paths."""
+    model = make_model(layout=layout).train()
+    source, source_mask = right_padded(SOURCES)
+    labels = torch.tensor([[14, 15, 16, 0], [17, 18, 0, -100]])
+
+    def loss_and_gradients():
+        model.zero_grad()
+        torch.manual_seed(0)
+        loss = model(input_ids=source, attention_mask=source_mask, labels=labels).loss
+        loss.backward()
+        return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    fast_loss, fast_gradients = loss_and_gradients()
+    set_attention_fast_paths(model, False)
+    loss, gradients = loss_and_gradients()
+    torch.testing.assert_close(fast_loss, loss, atol=1e-6, rtol=0)
+    assert fast_gradients.keys() == gradients.keys()
+    for parameter_name, gradient in gradients.items():
+        torch.testing.assert_close(fast_gradients[parameter_name], gradient, atol=1e-5, rtol=1e-5, msg=parameter_name)
+
+
+class SoftmaxCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.softmaxes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.softmaxes += func.overloadpacket == torch.ops.aten._softmax
+        return func(*args, **(kwargs or {}))
+
+
+def test_one_softmax_per_stack_and_forward_in_training():
+    model = make_model(layout=LAYOUTS["ran-all"]).train()
+    source, source_mask = right_padded(SOURCES)
+    with SoftmaxCounter() as counter:
+        model(input_ids=source, attention_mask=source_mask, labels=torch.tensor([[14, 15, 0], [16, 0, -100]]))
+    # the encoder's 2 RAN layers and the decoder's 3 take one softmax per stack (the cross attention is dot's SDPA)
+    assert counter.softmaxes == 2
+
+
+def test_chain_on_the_rows_read_equals_the_full_chain():
+    model = make_model(layout=LAYOUTS["ran-mixed"])
+    for site in ("encoder_self", "decoder_self"):
+        state = stack_state(model, site)
+        for full, rows in zip(state.chain(2), state.chain(2, rows=5)):
+            torch.testing.assert_close(rows, full[:, :5], atol=1e-6, rtol=0)
+
+
+def test_chain_runs_in_float32_under_autocast():
+    state = stack_state(make_model(layout=LAYOUTS["ran-all"]), "decoder_self")
+    with torch.no_grad():
+        expected = state.chain(3)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            under_autocast = state.chain(3)
+    for a, b in zip(under_autocast, expected):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():

@@ -24,13 +24,28 @@ Both families take the softmax over the allowed keys only (the causal mask in th
 padded keys removed), so a padded batch equals each example alone; a cached decoding step at
 position t uses row t. Values and the output are projected as usual; there is no query or key
 projection. Inputs longer than `max_positions` raise a `ValueError`.
+
+Fast path (`output_attentions` and exports take each layer's own softmax, the reference path): in inference
+without an attention mask, each layer's weights are memoised per (query block, key length). Otherwise a stack's
+RAN layers share one chain per forward, run on the rows that the queries read only (the transition maps every row
+on its own) and in the parameters' dtype (also under autocast), and one softmax over all their logits at once;
+the causal mask without padding is made once and kept. Each layer still draws its own attention dropout.
 """
 
 import torch
 from torch import nn
+from torch.func import functional_call
 from transformers import initialization as init
+from transformers.utils.generic import maybe_autocast
 
-from .attention_ops import TensorMemo, apply_table, attention_dropout, is_compiling
+from .attention_ops import (
+    TensorMemo,
+    apply_table,
+    attention_dropout,
+    is_compiling,
+    is_exporting,
+    kept_attention_bias,
+)
 from .attention_registry import (
     MAX_SIZE,
     AttentionContext,
@@ -105,34 +120,35 @@ def check_sequence_length(length: int, max_positions: int, kind: str, site: str)
 
 
 def position_weights(logits: torch.Tensor, context: AttentionContext, key_length: int, dtype) -> torch.Tensor:
-    """softmax of the logits over the allowed keys: (batch or 1, heads, q_len, k_len).
+    """softmax of the logits over the allowed keys, in `dtype`: (..., batch or 1, heads, q_len, k_len).
 
-    logits: (heads, M, M), row i = query position i. In self attention every query position is
-    below k_len, so the query rows and the first k_len columns cover everything (a cached step at
-    position t reads row t).
+    logits: (..., heads, rows, M), row i = query position i; one layer's (heads, M, M) or all RAN layers' of a
+    stack at once. In self attention every query position is below k_len, so the query rows and the first k_len
+    columns cover everything (a cached step at position t reads row t). The softmax runs in the logits' dtype
+    (float32 under autocast); only the weights are cast to the values' dtype.
     """
     start = context.query_start
-    scores = logits[None, :, start : start + context.query_length, :key_length].to(dtype)  # (1, heads, q, k)
+    scores = logits[..., start : start + context.query_length, :key_length].unsqueeze(-4)  # (..., 1, heads, q, k)
     if not context.sees_every_key():
-        scores = scores + context.attention_bias(key_length, dtype)  # (batch or 1, heads, q, k)
-    return torch.softmax(scores, dim=-1)
+        scores = scores + kept_attention_bias(context, key_length, scores.dtype)  # (..., batch or 1, heads, q, k)
+    return torch.softmax(scores, dim=-1).to(dtype)
 
 
-def attend_with_position_logits(
-    logits: torch.Tensor,
-    value: torch.Tensor,
-    context: AttentionContext,
-    dropout: float,
-    training: bool,
-    output_attentions: bool,
+def attend(
+    weights: torch.Tensor, value: torch.Tensor, context: AttentionContext, dropout: float, output_attentions: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax of the logits (heads, M, M) over the allowed keys, times the values (batch, heads, k_len, head_dim)."""
+    """weights (batch or 1, heads, q_len, k_len) times the values (batch, heads, k_len, head_dim), after attention
+    dropout with probability `dropout` (0 outside training); the weights per example too when asked."""
     batch_size = value.shape[0]
-    weights = position_weights(logits, context, value.shape[-2], value.dtype)
-    if training and dropout > 0:
+    if dropout > 0:
         # One dropout mask per example, not one shared by the batch.
-        weights = attention_dropout(weights.expand(batch_size, -1, -1, -1), dropout, training)
-    output = torch.matmul(weights, value)
+        weights = attention_dropout(weights.expand(batch_size, -1, -1, -1), dropout, training=True)
+    if dropout == 0 and context.key_padding_mask is None:
+        # The weights are (1, heads, q_len, k_len), the same for every example (known from the context, not from a
+        # batch size that an export traces symbolically): one product per head, never copied per example.
+        output = apply_table(weights.squeeze(0), value)
+    else:
+        output = torch.matmul(weights, value)
     if not output_attentions:
         return output, None
     return output, weights.expand(batch_size, -1, -1, -1)
@@ -147,7 +163,7 @@ class TanhLayerNormTransition(nn.Module):
         self.layer_norm = nn.LayerNorm(max_positions) if layer_norm_residual else None
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (heads, M, M) → (heads, M, M); the map acts on the last (key) axis."""
+        """logits: (heads, rows, M) → (heads, rows, M); the map acts on the last (key) axis, every row on its own."""
         updated = torch.tanh(self.linear(logits))
         if self.layer_norm is None:
             return updated
@@ -163,7 +179,7 @@ class FeedForwardTransition(nn.Module):
         self.fc2 = nn.Linear(hidden_size, max_positions)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits: (heads, M, M) → (heads, M, M); the map acts on the last (key) axis."""
+        """logits: (heads, rows, M) → (heads, rows, M); the map acts on the last (key) axis, every row on its own."""
         return logits + self.fc2(torch.relu(self.fc1(logits)))
 
 
@@ -177,7 +193,8 @@ class RecurrentAttentionState(AttentionStackState):
 
     When gradients are needed (or while compiling or exporting), the chain A0 → A_L of the stack's L RAN layers runs
     once per forward of the stack, in the graph, shared by its layers until `end_forward` (L transitions,
-    not L(L+1)/2). Under gradient checkpointing, and outside a stack's forward, each layer runs the chain
+    not L(L+1)/2); the heads' fast path runs it on the rows that the forward's queries read only (the transition
+    maps every row on its own). Under gradient checkpointing, and outside a stack's forward, each layer runs the chain
     A0 → A_k itself (k transitions for the k-th layer): a checkpointed layer must recompute in backward
     what it computed in forward, which a chain computed once for all layers would break.
     """
@@ -198,7 +215,8 @@ class RecurrentAttentionState(AttentionStackState):
         else:
             self.transition = FeedForwardTransition(max_positions, spec["transition_ffn_dim"])
         self._cache_key = None
-        self._cached_logits = None
+        self._cached_logits = None  # (L, heads, M, M) and its layers' views, kept while no gradient is needed
+        self._cached_layer_logits = None
         self._share_chain = False
         self._forward_logits = None  # [A_1, ..., A_L] of the current forward, in the graph
 
@@ -218,9 +236,15 @@ class RecurrentAttentionState(AttentionStackState):
         self._share_chain = False
         self._forward_logits = None
 
+    @property
+    def shares_chain(self) -> bool:
+        """Whether the layers now share one chain: inside a stack's forward, without gradient checkpointing."""
+        return self._share_chain
+
     def clear_cache(self) -> None:
         self._cache_key = None
         self._cached_logits = None
+        self._cached_layer_logits = None
 
     def cache_key(self) -> tuple:
         # Logits computed under inference_mode are inference tensors, unusable elsewhere: key on the mode too.
@@ -228,30 +252,60 @@ class RecurrentAttentionState(AttentionStackState):
         versions = tuple((id(t), t._version, t.device, t.dtype) for t in tensors)
         return versions + (torch.is_inference_mode_enabled(),)
 
-    def chain(self, steps: int) -> list[torch.Tensor]:
-        """[A_1, ..., A_steps], each (heads, M, M)."""
+    def in_graph(self) -> bool:
+        """Whether the logits are computed in the graph: gradients are needed, or the model is being compiled or
+        exported (the logits depend on parameters only, so a runtime can fold them into constants)."""
+        needs_gradient = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        return needs_gradient or is_compiling()
+
+    def chain(self, steps: int, rows: int | None = None) -> list[torch.Tensor]:
+        """[A_1, ..., A_steps], each (heads, rows, M): the first `rows` query rows, all M by default."""
         logits, per_layer = self.initial_logits, []
-        for _ in range(steps):
-            logits = self.transition(logits)
-            per_layer.append(logits)
+        if rows is not None:
+            # The transition maps every row on its own: the rows that no query reads are left out.
+            logits = logits[:, :rows].contiguous()
+        # One view of each transition parameter per step: backward sums a parameter's gradients of all the steps in
+        # two operators (a stack and a sum) instead of one addition per step.
+        per_step = {
+            name: parameter.expand(steps, *parameter.shape).unbind(0)
+            for name, parameter in self.transition.named_parameters()
+        }
+        # In the parameters' dtype, also under autocast: the chain is small and reads parameters only, so casting
+        # them at every step would cost more operators than it saves; the softmax reads A_k at full precision.
+        with maybe_autocast(logits.device.type, enabled=False):
+            for step in range(steps):
+                step_parameters = {name: views[step] for name, views in per_step.items()}
+                logits = functional_call(self.transition, step_parameters, (logits,))
+                per_layer.append(logits)
         return per_layer
 
+    def update_cache(self) -> None:
+        """Compute all layers' logits outside the graph again if a parameter changed since they were computed."""
+        key = self.cache_key()
+        if self._cache_key != key:
+            self._cached_logits = torch.stack(self.chain(self.num_layers))
+            # One view per layer, made once: the heads' memos know the logits by identity.
+            self._cached_layer_logits = self._cached_logits.unbind(0)
+            self._cache_key = key
+
     def layer_logits(self, layer: int) -> torch.Tensor:
-        """Logits (heads, M, M) of the stack's RAN layer `layer` (0-based), i.e. A_{layer + 1}; computed in the
-        graph while compiling or exporting (they depend on parameters only, so a runtime can fold them into
-        constants)."""
-        needs_graph = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
-        if needs_graph or is_compiling():
+        """Logits (heads, M, M) of the stack's RAN layer `layer` (0-based), i.e. A_{layer + 1}."""
+        if self.in_graph():
             if not self._share_chain:
                 return self.chain(layer + 1)[-1]
             if self._forward_logits is None:
                 self._forward_logits = self.chain(self.num_layers)
             return self._forward_logits[layer]
-        key = self.cache_key()
-        if self._cache_key != key:
-            self._cached_logits = self.chain(self.num_layers)
-            self._cache_key = key
-        return self._cached_logits[layer]
+        self.update_cache()
+        return self._cached_layer_logits[layer]
+
+    def all_layer_logits(self, rows: int) -> torch.Tensor:
+        """Every RAN layer's logits at once, while the layers share a chain: (L, heads, rows, M) in the graph,
+        (L, heads, M, M) from the cache otherwise."""
+        if self.in_graph():
+            return torch.stack(self.chain(self.num_layers, rows))
+        self.update_cache()
+        return self._cached_logits
 
 
 class PositionWeightsMemo:
@@ -280,10 +334,12 @@ class PositionWeightsMemo:
 class PositionLogitsHeads(AttentionHeads):
     """Shared by both families: learned position logits, softmax over allowed keys, values only.
 
-    Fast path (inference without an attention mask, not while compiling): the weights depend on positions only, so
-    each (query block, key length) gets its softmax once, memoised until the logits change (a new
-    tensor or an in-place update), and every batch and decoding step reuses it. Edits through
-    `.data` bypass the version counters: call `model.eval()` after them.
+    Reference path (`output_attentions`, exporting, or the fast path off): each layer takes the softmax of its own
+    logits. Fast path: in inference without an attention mask (not while compiling), the weights depend on positions
+    only, so each (query block, key length) gets its softmax once, memoised until the logits change (a new tensor or
+    an in-place update), and every batch and decoding step reuses it; edits through `.data` bypass the version
+    counters: call `model.eval()` after them. Otherwise a family may give its layers weights they share (RAN: one
+    softmax for all the layers of a stack, `fast_weights`).
     """
 
     sites = SELF_ATTENTION_SITES
@@ -310,6 +366,19 @@ class PositionLogitsHeads(AttentionHeads):
     def clear_memo(self) -> None:
         self.weights_memo = PositionWeightsMemo(self.memo_bytes)
 
+    def fast_weights(
+        self, context: AttentionContext, key_length: int, dtype, dropout_batch: int | None
+    ) -> torch.Tensor | None:
+        """This layer's weights (batch or 1, heads, q_len, k_len) from the fast path, or None where it has none.
+        dropout_batch: the batch size when attention dropout draws a mask per example (None without dropout): the
+        weights may come expanded to it."""
+        if self.training or context.key_padding_mask is not None or is_compiling():
+            return None
+        logits = self.position_logits(context)
+        if torch.is_grad_enabled() and logits.requires_grad:
+            return None
+        return self.weights_memo.get(logits, context, key_length, dtype)
+
     def forward(
         self,
         query: torch.Tensor | None,
@@ -319,20 +388,15 @@ class PositionLogitsHeads(AttentionHeads):
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # value: (batch, heads, k_len, d); query and key are None (no query/key projection)
-        check_sequence_length(value.shape[-2], self.spec["max_positions"], self.kind, self.site)
-        logits = self.position_logits(context)
-        if (
-            self.fast_path
-            and not (self.training or output_attentions)
-            and not (torch.is_grad_enabled() and logits.requires_grad)
-            and context.key_padding_mask is None
-            and not is_compiling()
-        ):
-            weights = self.weights_memo.get(logits, context, value.shape[-2], value.dtype)
-            return apply_table(weights[0], value), None
-        return attend_with_position_logits(
-            logits, value, context, self.attention_dropout, self.training, output_attentions
-        )
+        batch_size, _, key_length, _ = value.shape
+        check_sequence_length(key_length, self.spec["max_positions"], self.kind, self.site)
+        dropout = self.attention_dropout if self.training else 0.0
+        weights = None
+        if self.fast_path and not output_attentions and not is_exporting():
+            weights = self.fast_weights(context, key_length, value.dtype, batch_size if dropout > 0 else None)
+        if weights is None:
+            weights = position_weights(self.position_logits(context), context, key_length, value.dtype)
+        return attend(weights, value, context, dropout, output_attentions)
 
 
 @register_attention("recurrent")
@@ -427,15 +491,44 @@ class RecurrentHeads(PositionLogitsHeads):
             return None
         return RecurrentAttentionState(groups[0][2], num_layers=len(groups))
 
-    def position_logits(self, context: AttentionContext) -> torch.Tensor:
-        # This layer is the stack's RAN layer number family_layer_idx + 1: it attends with A_{family_layer_idx + 1}.
+    def stack_state(self, context: AttentionContext) -> RecurrentAttentionState:
+        """The stack's A0 and transition, from the context."""
         state_key = self.stack_state_key(self.site)
         if context.stack_state is None or state_key not in context.stack_state:
             raise RuntimeError(
                 f"{self.kind} attention needs the stack state {state_key!r} (A0 and the transition) built by "
                 "`build_stack_state`; the model must pass it in `AttentionContext.stack_state`"
             )
-        return context.stack_state[state_key].layer_logits(self.family_layer_idx)
+        return context.stack_state[state_key]
+
+    def position_logits(self, context: AttentionContext) -> torch.Tensor:
+        # This layer is the stack's RAN layer number family_layer_idx + 1: it attends with A_{family_layer_idx + 1}.
+        return self.stack_state(context).layer_logits(self.family_layer_idx)
+
+    def fast_weights(
+        self, context: AttentionContext, key_length: int, dtype, dropout_batch: int | None
+    ) -> torch.Tensor | None:
+        """The memo where it applies; else, while the layers share a chain, one softmax over all the stack's RAN
+        layers' logits per forward (and one expansion for dropout), of which this layer takes its own."""
+        state = self.stack_state(context)
+        if not state.in_graph():
+            weights = super().fast_weights(context, key_length, dtype, dropout_batch)
+            if weights is not None:
+                return weights
+        if not state.shares_chain:
+            return None
+
+        def build() -> tuple[torch.Tensor, ...]:
+            logits = state.all_layer_logits(context.query_start + context.query_length)  # (L, heads, rows, M)
+            weights = position_weights(logits, context, key_length, dtype)  # (L, batch or 1, heads, q, k)
+            if dropout_batch is not None:
+                # Expanded once for all layers: backward sums over the batch once, not once per layer.
+                weights = weights.expand(-1, dropout_batch, -1, -1, -1)
+            # One view per layer: backward stacks their gradients in one operator.
+            return weights.unbind(0)
+
+        key = ("recurrent weights", key_length, dtype, dropout_batch)
+        return context.shared(key, build)[self.family_layer_idx]
 
 
 @register_attention("random_synthesizer")
