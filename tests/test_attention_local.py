@@ -1,4 +1,5 @@
-"""Local attention masks (Pande et al. 2020): Eq. 9 by hand, W_q/W_k sharing, the paper's weight counts."""
+"""Local attention masks (Pande et al. 2020): Eq. 9 by hand, the fast path against the reference, W_q/W_k sharing,
+the paper's weight counts."""
 
 import math
 from types import SimpleNamespace
@@ -6,9 +7,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from safetensors import safe_open
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_simple_attn import LayoutError, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+from hf_simple_attn.modeling import attention_local
 from hf_simple_attn.modeling.attention_local import ALL_SEVEN_MASKS, LocalMaskHeads
+from hf_simple_attn.modeling.attention_ops import TensorMemo
 from hf_simple_attn.modeling.attention_registry import AttentionContext
 from hf_simple_attn.modeling.modeling_simple_attn_marian import SimpleAttnMarianEncoder
 from hf_simple_attn.modeling.presets import get_preset
@@ -148,6 +152,87 @@ def test_heads_of_one_query_key_set_share_the_softmax():
         shared = torch.softmax(query[:, slot] @ key[:, slot].transpose(-1, -2) / 2.0, dim=-1)
         torch.testing.assert_close(weights[:, 2 * slot], shared)
         torch.testing.assert_close(weights[:, 2 * slot + 1], shared * band)
+
+
+# The fast path (`fused`): one SDPA call over the keys twice, its mask pattern kept across forwards.
+
+# (heads, query/key sets, masks): one set per head, equal sets of two and of eight heads, unequal sets (2, 2, 1).
+FUSED_GROUPS = [
+    (8, 8, ALL_SEVEN_MASKS),
+    (8, 4, ["identity", "band-2"]),
+    (8, 1, ALL_SEVEN_MASKS),
+    (5, 3, ["band-1", "global", "next-2"]),
+]
+
+
+def outputs_and_gradients(heads, fast, query, key, value, context):
+    """The output of `heads` on the fast or the reference path and the gradients of a weighted sum of it."""
+    heads.fast_path = fast
+    query, key, value = (tensor.clone().requires_grad_(True) for tensor in (query, key, value))
+    output, _ = heads(query, key, value, context)
+    (output * torch.linspace(-1, 1, output.numel(), dtype=output.dtype).view(output.shape)).sum().backward()
+    return output, query.grad, key.grad, value.grad
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+@pytest.mark.parametrize("site", ["encoder_self", "decoder_self"])
+@pytest.mark.parametrize("num_heads, sets, masks", FUSED_GROUPS)
+def test_fused_path_equals_reference_with_gradients(renormalize, site, num_heads, sets, masks):
+    torch.manual_seed(0)
+    heads = local_heads(site, 4, num_heads=num_heads, masks=masks, query_key_sets=sets, renormalize=renormalize)
+    length = 7
+    query = torch.randn(4, sets, length, 4, dtype=torch.float64)
+    key = torch.randn(4, sets, length, 4, dtype=torch.float64)
+    value = torch.randn(4, num_heads, length, 4, dtype=torch.float64)
+    padding = torch.ones(4, length, dtype=torch.bool)
+    padding[1, 5:] = False  # right padding
+    padding[2] = False  # a sentence of padding only: no query has an allowed key
+    padding[3, :3] = False  # left padding: the first decoder queries have no allowed key
+    for key_padding_mask in (None, padding):
+        for start, query_length in ((0, length), (length - 1, 1)):  # every position; a cached decoding step
+            step = AttentionContext(key_padding_mask, start, query_length, site == "decoder_self")
+            step_query = query[:, :, start : start + query_length]
+            fast = outputs_and_gradients(heads, True, step_query, key, value, step)
+            reference = outputs_and_gradients(heads, False, step_query, key, value, step)
+            for fast_tensor, reference_tensor in zip(fast, reference):
+                torch.testing.assert_close(fast_tensor, reference_tensor)
+            if key_padding_mask is not None:
+                assert torch.equal(fast[0][2], torch.zeros_like(fast[0][2]))  # as the reference: zero, not NaN
+
+
+class OperatorNames(TorchDispatchMode):
+    """The names of the ATen operators run under it, views left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def test_fused_pattern_is_built_once_and_padding_costs_one_operator(monkeypatch):
+    monkeypatch.setattr(attention_local, "_pattern_memo", TensorMemo())
+    builds = []
+
+    def counted_pattern(*args):
+        builds.append(args)
+        return fused_pattern(*args)
+
+    fused_pattern = attention_local.fused_pattern
+    monkeypatch.setattr(attention_local, "fused_pattern", counted_pattern)
+    heads = local_heads(num_heads=8, head_dim=4)
+    for batch_size in (2, 2, 3):  # the first forward builds the pattern (and the constants); then padding only
+        padding = torch.ones(batch_size, 6, dtype=torch.bool)
+        padding[0, 4:] = False
+        query, key, value = (torch.randn(batch_size, 8, 6, 4) for _ in range(3))
+        with OperatorNames() as operators:
+            heads(query, key, value, context(6, key_padding_mask=padding))
+    # The keys twice and the values with a zero block in one cat, the padding in one where, one SDPA call.
+    assert [name for name in operators.names if "scaled_dot_product" not in name] == ["aten.cat", "aten.where"]
+    assert len(builds) == 1
 
 
 def test_normalized_spec_cycles_masks_resolves_sets_and_is_idempotent():

@@ -30,11 +30,13 @@ In decoder self-attention the masks combine with causality: `next-k` heads see n
 their weights (and outputs) are zero; `band-k` heads keep their past half.
 
 The fast path (the default; the reference path runs when the weights are requested, and while exporting) runs
-both forms through one `scaled_dot_product_attention` call with a boolean mask, so they keep its fused kernel
-(`fused`: Eq. 9 as attention over the keys twice, the second time with zero values). With `renormalize` and no
-`global` head, long sequences never form the (q_len, k_len) scores: each query is scored against the keys at the
-distances its heads may see (the union of their bands, `taps`), one shifted elementwise product per distance, and
-the values are summed the same way: O(n·taps) time and memory (`banded`).
+both forms through one `scaled_dot_product_attention` call, so they keep its fused kernel (`fused`: Eq. 9 as
+attention over the keys twice, the second time with zero values). Its additive mask is each head's pattern, which
+depends on the positions and lengths only and is kept across forwards (`fused_pattern`), with the padded keys set
+in one `where` per forward. With `renormalize` and no `global` head, long sequences never form the (q_len, k_len)
+scores: each query is scored against the keys at the distances its heads may see (the union of their bands,
+`taps`), one shifted elementwise product per distance, and the values are summed the same way: O(n·taps) time and
+memory (`banded`).
 """
 
 import re
@@ -42,7 +44,15 @@ import re
 import torch
 from torch import nn
 
-from .attention_ops import additive_mask, attention_dropout, is_exporting, python_constant, scaled_scores
+from .attention_ops import (
+    TensorMemo,
+    additive_mask,
+    attention_dropout,
+    is_compiling,
+    is_exporting,
+    python_constant,
+    scaled_scores,
+)
 from .attention_registry import (
     MAX_DISTANCE,
     MAX_HEADS,
@@ -64,6 +74,16 @@ MASK_PATTERN = re.compile(r"(prev|next|band)-(\d+)|identity|global")
 # attention kernel below.
 BANDED_MIN_KEYS_PER_TAP = 32
 VALID_MASKS = f"'prev-<k>', 'next-<k>', 'band-<k>' (k an integer in [1, {MAX_DISTANCE}]), 'identity', 'global'"
+# `fused`'s additive mask, in fractions of the dtype's minimum: 0 where a query sees a key, HIDDEN where it does not
+# (and at a padded key of the first block), SECOND_CHOICE at a padded key of Eq. 9's second block and at the
+# renormalised form's zero key. Next to a seen key both weigh exp(-huge) = 0 exactly, as the reference's minimum
+# does; a query without any seen key weighs only the SECOND_CHOICE keys, whose values are zero. Scores plus these
+# stay finite.
+HIDDEN = 1 / 2
+SECOND_CHOICE = 1 / 4
+# `fused_pattern`s kept across forwards: at most this many bytes, least recently used dropped first.
+PATTERN_MEMO_BYTES = 64 * 2**20
+_pattern_memo = TensorMemo()
 
 
 class LocalSpec(GroupSpec):
@@ -115,6 +135,31 @@ def local_masks(mask_names: list[str], query_positions: torch.Tensor, key_length
         else:
             masks.append(offset.abs() <= distance)
     return torch.stack(masks)
+
+
+def fused_pattern(
+    mask_names: list[str], renormalize: bool, positions: AttentionContext, key_length: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """`fused`'s additive mask before padding: (1, heads, q_len, 2, k_len) for Eq. 9 (the two key blocks),
+    (1, heads, q_len, k_len + 1) renormalised (the keys, then the zero key). It depends on the masks, the positions
+    and the lengths only (`positions`: a context without padding), so it is kept across forwards.
+
+    Eq. 9: the first block shows each head's kept keys, the second the keys the softmax sums but the head cuts; a
+    query without any allowed key sees the whole second block (never an empty softmax), so its output is zero.
+    Renormalised: the kept keys, and the zero key at SECOND_CHOICE, which only a query keeping no key weighs.
+    """
+    allowed = positions.build_allowed_keys(key_length)[0, 0]  # (q_len, k_len): causal, or every key
+    local = local_masks(mask_names, positions.query_positions, key_length)  # (heads, q_len, k_len)
+    seen = allowed & local
+    if not renormalize:
+        rest = (allowed & ~local) | ~allowed.any(dim=-1, keepdim=True)
+        seen = torch.stack([seen, rest], dim=-2)  # (heads, q_len, 2, k_len)
+    minimum = torch.finfo(dtype).min
+    pattern = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill(~seen, minimum * HIDDEN)
+    if renormalize:
+        zero_key = pattern.new_full((*pattern.shape[:-1], 1), minimum * SECOND_CHOICE)
+        pattern = torch.cat([pattern, zero_key], dim=-1)
+    return pattern[None]
 
 
 def mask_distances(name: str) -> range | None:
@@ -194,6 +239,8 @@ class LocalMaskHeads(AttentionHeads):
         # Contiguous sets as equal as possible, the first ones larger: 5 heads in 3 sets -> 2, 2, 1.
         self.heads_per_set = [self.num_heads // sets + (index < self.num_heads % sets) for index in range(sets)]
         self.set_of_head = [index for index, count in enumerate(self.heads_per_set) for _ in range(count)]
+        # `fused` expands sets of one size as views; sets of unequal sizes are gathered.
+        self.equal_sets = len(set(self.heads_per_set)) == 1
         # The banded path: the distances any head sees (`taps`) and which head sees which.
         head_distances = [mask_distances(name) for name in spec["masks"]]
         self.taps = None
@@ -250,36 +297,99 @@ class LocalMaskHeads(AttentionHeads):
         to a second block of keys whose values are zero, so that it adds to the softmax's sum and nothing to the
         output. Eq. 9 puts the other allowed keys there: the softmax's sum is then over every allowed key while the
         output sums the kept ones only, mask ⊙ softmax(QKᵀ/√d). The renormalised form puts a single zero key there,
-        seen only by a query that keeps no key at all, whose output is then zero as in the reference.
+        weighed only by a query that keeps no key at all, whose output is then zero as in the reference.
         """
+        query, keys, values = self.fused_inputs(query, key, value)
         key_length = key.shape[-2]
-        query, key = self.expand_sets_to_heads(query), self.expand_sets_to_heads(key)
-        if self.spec["renormalize"]:
-            key = nn.functional.pad(key, (0, 0, 0, 1))
-        else:
-            key = torch.cat([key, key], dim=2)
-        value = nn.functional.pad(value, (0, 0, 0, key.shape[-2] - key_length))
-        # An additive mask, made once a forward: SDPA would turn a boolean one into it at every call.
+        # Made once a forward: SDPA would turn a boolean mask into an additive one at every call.
         mask = context.shared(
             ("local-sdpa", tuple(self.spec["masks"]), self.spec["renormalize"], key_length, query.dtype),
             lambda: self.fused_mask(context, key_length, query.dtype),
         )
         dropout = self.config.attention_dropout if self.training else 0.0
-        return nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+        return nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, dropout_p=dropout)
+
+    def fused_inputs(self, query, key, value) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`fused`'s query (batch, heads, q_len, d), keys and values (batch, heads, k_len + second block, d).
+
+        One `cat` makes the key blocks and [value, zeros], and for sets of several heads each head's copy of its
+        set's query and key (sets of unequal sizes are gathered first). It joins them positions first, as the
+        projections lay them out, so that the gradients reach the projections in their layout.
+        """
+        batch_size, num_heads, key_length, head_dim = value.shape
+        if not self.equal_sets:
+            query, key = self.expand_sets_to_heads(query), self.expand_sets_to_heads(key)
+        num_sets = key.shape[1]
+        set_size = num_heads // num_sets
+        heads_shape = (num_sets, set_size) if set_size > 1 else (num_heads,)
+
+        def positions_first(states: torch.Tensor) -> torch.Tensor:
+            """(batch, sets, len, d) -> (batch, len, *heads_shape, d): a view, each head of a set reading its set's."""
+            states = states.transpose(1, 2)
+            return states[:, :, :, None].expand(-1, -1, -1, set_size, -1) if set_size > 1 else states
+
+        zero = python_constant([0.0], value.device, value.dtype)
+        key = positions_first(key)
+        second_keys = zero.expand(batch_size, 1, *heads_shape, head_dim) if self.spec["renormalize"] else key
+        second_length = second_keys.shape[1]
+        blocks = [
+            key,
+            second_keys,
+            value.transpose(1, 2).unflatten(2, heads_shape),
+            zero.expand(batch_size, second_length, *heads_shape, head_dim),
+        ]
+        sizes = [key_length + second_length] * 2
+        if set_size > 1:
+            blocks.insert(0, positions_first(query))
+            sizes.insert(0, query.shape[-2])
+        joined = torch.cat(blocks, dim=1).flatten(2, -2)  # (batch, [q_len +] 2·(k_len + second), heads, d)
+        parts = [part.transpose(1, 2) for part in joined.split(sizes, dim=1)]  # (batch, heads, len, d)
+        if set_size > 1:
+            query = parts.pop(0)
+        keys, values = parts
+        return query, keys, values
 
     def fused_mask(self, context: AttentionContext, key_length: int, dtype: torch.dtype) -> torch.Tensor:
         """The additive mask of `fused`: (batch or 1, heads, q_len, 2·k_len) for Eq. 9, (..., k_len + 1)
-        renormalised."""
-        allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q_len, k_len)
-        local = self.local_masks(context, key_length)  # (1, heads, q_len, k_len)
-        keep = allowed & local
-        if self.spec["renormalize"]:
-            seen = torch.cat([keep, ~keep.any(dim=-1, keepdim=True)], dim=-1)
-        else:
-            # A query without any allowed key sees the whole second block, so that its softmax is never empty.
-            rest = (allowed & ~local) | ~allowed.any(dim=-1, keepdim=True)
-            seen = torch.cat(torch.broadcast_tensors(keep, rest), dim=-1)
-        return additive_mask(seen, dtype)
+        renormalised: the kept pattern (`fused_pattern`) with the padded keys set to HIDDEN, and to SECOND_CHOICE in
+        Eq. 9's second block, so that a query whose keys are all padding weighs that block's zero values only."""
+        pattern = self.kept_pattern(context, key_length, dtype)
+        if context.key_padding_mask is not None:
+            real = context.key_padding_mask[:, -key_length:]  # (batch, k_len)
+            minimum = torch.finfo(dtype).min
+            if self.spec["renormalize"]:
+                real = nn.functional.pad(real, (0, 1), value=True)[:, None, None]  # the zero key is never padding
+                padded = python_constant([minimum * HIDDEN], real.device, dtype)
+            else:
+                real = real[:, None, None, None]  # (batch, 1, 1, 1, k_len)
+                padded = python_constant([[minimum * HIDDEN], [minimum * SECOND_CHOICE]], real.device, dtype)
+            pattern = torch.where(real, pattern, padded)
+        return pattern if self.spec["renormalize"] else pattern.flatten(-2)
+
+    def kept_pattern(self, context: AttentionContext, key_length: int, dtype: torch.dtype) -> torch.Tensor:
+        """`fused_pattern` of this group's masks at the context's positions, kept across forwards within
+        `PATTERN_MEMO_BYTES`; built in the graph while compiling."""
+        masks, renormalize = self.spec["masks"], self.spec["renormalize"]
+        positions = AttentionContext(
+            None, context.query_start, context.query_length, context.is_causal, context.device
+        )
+
+        def build():
+            return fused_pattern(masks, renormalize, positions, key_length, dtype)
+
+        if is_compiling():
+            return build()
+        memo_key = (
+            tuple(masks),
+            renormalize,
+            context.query_start,
+            context.query_length,
+            key_length,
+            context.is_causal,
+            str(context.device),
+            dtype,
+        )
+        return _pattern_memo.get_or_build(memo_key, build, PATTERN_MEMO_BYTES)
 
     def banded(self, query, key, value, context: AttentionContext) -> torch.Tensor:
         """Renormalised weights over each head's band only (the fast path): (batch, heads, q_len, d)."""
