@@ -8,8 +8,13 @@ import torch
 
 import hf_simple_attn.modeling.attention_gaussian_mixture  # noqa: F401  (registers the family)
 from hf_simple_attn import LayoutError, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
+from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_gaussian_mixture import (
+    FUSIONS,
+    NORMALIZATIONS,
     SIGMA_FLOOR,
+    GateFusion,
+    GaussianMixtureDensity,
     GaussianMixtureHeads,
     mixture_log_density,
 )
@@ -369,3 +374,171 @@ def test_save_and_load_round_trip(tiny_marian_kwargs, tmp_path):
     inputs = dict(input_ids=SOURCES, attention_mask=SOURCES != 39, decoder_input_ids=TARGETS)
     with torch.no_grad():
         torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, atol=0, rtol=0)
+
+
+# --- the fast path ------------------------------------------------------------------------------
+
+
+def test_fast_path_autograd_functions_by_gradcheck():
+    # Positions as the fast path makes them: the second example's last two keys padded, far past its source.
+    positions = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 2.0, 3.0, 400.0, 400.0]], dtype=torch.float64)
+    positions = positions[:, None, None, :, None]
+    generator = torch.Generator().manual_seed(0)
+    for divide_by_width, normalize in [(True, False), (True, True), (False, False)]:
+        log_weight = torch.randn(2, 2, 3, 2, dtype=torch.float64, generator=generator).requires_grad_()
+        mean = (5 * torch.rand(2, 2, 3, 2, dtype=torch.float64, generator=generator)).requires_grad_()
+        width = (0.5 + torch.rand(2, 2, 3, 2, dtype=torch.float64, generator=generator)).requires_grad_()
+
+        def density(log_weight, mean, width):
+            return GaussianMixtureDensity.apply(log_weight, mean, width, positions, divide_by_width, normalize)
+
+        assert torch.autograd.gradcheck(density, (log_weight, mean, width))
+        # β as written: Σ_k ω_k/Z_k·exp(-4.5·((x - m_k)/w_k)²), Z = w or 1, divided by its sum with `normalize`
+        log_scale = log_weight - width.log() if divide_by_width else log_weight
+        terms = (log_scale[..., None, :] - 4.5 * ((positions - mean[..., None, :]) / width[..., None, :]) ** 2).exp()
+        expected = terms.sum(-1)
+        if normalize:
+            expected = expected / expected.sum(-1, keepdim=True)
+        torch.testing.assert_close(density(log_weight, mean, width), expected)
+        assert (expected[1, ..., 3:] == 0).all()
+    start, end = (torch.randn(2, 3, 4, dtype=torch.float64, generator=generator).requires_grad_() for _ in range(2))
+    weight = torch.rand(2, 3, 1, dtype=torch.float64, generator=generator).requires_grad_()
+    assert torch.autograd.gradcheck(GateFusion.apply, (start, end, weight))
+    torch.testing.assert_close(GateFusion.apply(start, end, weight), (1 - weight) * start + weight * end)
+
+
+@pytest.mark.parametrize("fusion", FUSIONS)
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_fast_path_equals_reference_with_gradients(normalization, fusion):
+    # In float64, so that only rounding separates the two; sources of 7, 4 and 1 real tokens.
+    heads = make_heads(num_heads=3, normalization=normalization, fusion=fusion).double()
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (
+        torch.randn(3, 3, length, HEAD_DIM, dtype=torch.float64, generator=generator).requires_grad_()
+        for length in (5, 7, 7)
+    )
+    probe = torch.randn(3, 3, 5, HEAD_DIM, dtype=torch.float64, generator=generator)
+    inputs = [query, key, value, *heads.parameters()]
+    results = {}
+    for fast_path in (True, False):
+        heads.fast_path = fast_path
+        context = context_for(torch.arange(7)[None, :] < torch.tensor([[7], [4], [1]]), 5)
+        output, weights = heads(query, key, value, context)
+        assert weights is None
+        results[fast_path] = (output, torch.autograd.grad((output * probe).sum(), inputs, allow_unused=True))
+        # A source of padding only (J = 0) gives the same output; not the same gradient through α, whose rows
+        # without any real key SDPA's backward takes as weight 1 per key (also for `dot`).
+        context = context_for(torch.arange(7)[None, :] < torch.tensor([[7], [0], [3]]), 5)
+        results[fast_path, "J = 0"] = heads(query, key, value, context)[0]
+    (fast_output, fast_gradients), (output, gradients) = results[True], results[False]
+    torch.testing.assert_close(fast_output, output, atol=1e-12, rtol=1e-10)
+    for fast_gradient, gradient in zip(fast_gradients, gradients, strict=True):
+        if gradient is None:  # the keys with `gmm_only`
+            assert fast_gradient is None
+        else:
+            torch.testing.assert_close(fast_gradient, gradient, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(results[True, "J = 0"], results[False, "J = 0"], atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_fast_path_gives_padded_keys_no_weight(normalization):
+    # `approximate` puts padded keys far past the source instead of masking them: at the widest σ (J/6, μ = J/2)
+    # and with random nets, their values may be anything without changing the output at all.
+    query, key, value = torch.randn(2, 2, 3, HEAD_DIM), torch.randn(2, 2, 6, HEAD_DIM), torch.randn(2, 2, 6, HEAD_DIM)
+    context = context_for(torch.arange(6)[None, :] < torch.tensor([[6], [3]]), 3)
+    changed = value.clone()
+    changed[1, :, 3:] = 1e6
+    widest = make_heads(normalization=normalization)
+    fix_output(widest.mu_ffn, [0.0] * 4)
+    fix_output(widest.sigma_ffn, [20.0] * 4)
+    for heads in (make_heads(normalization=normalization), widest):
+        with torch.no_grad():
+            output, _ = heads(query, key, value, context)
+            changed_output, _ = heads(query, key, changed, context)
+        torch.testing.assert_close(changed_output, output, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_fast_path_no_nan_or_inf_for_extreme_parameters(normalization):
+    extremes = [-1e4, -30.0, 0.0, 30.0, 1e4]
+    for mu_hat in extremes:
+        for sigma_hat in extremes:
+            for omega_hat in (-1e4, 1e4):
+                heads = make_heads(num_components=2, normalization=normalization)
+                with torch.no_grad():
+                    heads.mu_ffn.output.bias.fill_(mu_hat)
+                    heads.sigma_ffn.output.bias.fill_(sigma_hat)
+                    heads.omega_ffn.output.bias.copy_(torch.tensor([omega_hat, 0.0]))
+                    heads.gate_ffn.output.bias.fill_(omega_hat)
+                query = torch.randn(3, 2, 3, HEAD_DIM, requires_grad=True)
+                key = torch.randn(3, 2, 6, HEAD_DIM, requires_grad=True)
+                value = torch.randn(3, 2, 6, HEAD_DIM, requires_grad=True)
+                padding = torch.arange(6)[None, :] < torch.tensor([[6], [1], [0]])
+                output, _ = heads(query, key, value, context_for(padding, 3))
+                assert torch.isfinite(output).all()
+                output.square().sum().backward()
+                gradients = [query.grad, key.grad, value.grad] + [p.grad for p in heads.parameters()]
+                assert all(torch.isfinite(g).all() for g in gradients), (mu_hat, sigma_hat, omega_hat)
+
+
+def test_inference_reuses_the_joined_nets_until_a_parameter_changes():
+    heads = make_heads()
+    query, key, value = torch.randn(2, 2, 3, HEAD_DIM), torch.randn(2, 2, 5, HEAD_DIM), torch.randn(2, 2, 5, HEAD_DIM)
+    context = context_for(None, 3)
+    with torch.no_grad():
+        first, _ = heads(query, key, value, context)
+        joined = heads.network_weights_memo[2]
+        again, _ = heads(query, key, value, context)
+        assert heads.network_weights_memo[2] is joined
+        heads.sigma_ffn.output.bias.add_(1.0)  # an in-place update (as an optimizer's step) is seen
+        changed, _ = heads(query, key, value, context)
+        assert heads.network_weights_memo[2] is not joined
+        _, weights = heads(query, key, value, context, output_attentions=True)
+    torch.testing.assert_close(again, first, atol=0, rtol=0)
+    torch.testing.assert_close(changed, weights @ value)
+    assert not torch.allclose(changed, first)
+    # With gradients, the nets are joined in the graph (their parameters get gradients), never from the memo.
+    output, _ = heads(query, key, value, context)
+    output.sum().backward()
+    assert all(p.grad is not None for p in heads.parameters())
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"normalization": "strict", "fusion": "average"}, {"normalization": "none", "fusion": "gmm_only"}]
+)
+def test_training_step_equals_reference(tiny_marian_kwargs, options):
+    model = build_model(tiny_marian_kwargs, **options).train()
+    labels = TARGETS[:, 1:].contiguous()
+    results = []
+    for fast_paths in (True, False):
+        set_attention_fast_paths(model, fast_paths)
+        model.zero_grad()
+        loss = model(input_ids=SOURCES, attention_mask=SOURCES != 39, labels=labels).loss
+        loss.backward()
+        results.append((loss, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}))
+    (fast_loss, fast_gradients), (loss, gradients) = results
+    torch.testing.assert_close(fast_loss, loss)
+    assert fast_gradients.keys() == gradients.keys()
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(fast_gradients[name], gradient, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_attention_dropout_in_training_takes_the_reference_path(tiny_marian_kwargs):
+    # Dropout acts on the weights γ (Eq. 13), which the fast path never forms.
+    model = build_model({**tiny_marian_kwargs, "attention_dropout": 0.3}).train()
+    logits = []
+    for fast_paths in (True, False):
+        set_attention_fast_paths(model, fast_paths)
+        torch.manual_seed(5)
+        logits.append(model(input_ids=SOURCES, attention_mask=SOURCES != 39, decoder_input_ids=TARGETS).logits)
+    torch.testing.assert_close(logits[0], logits[1], atol=0, rtol=0)
+
+
+def test_bf16_autocast_training_step_is_close_to_float32(tiny_marian_kwargs):
+    model = build_model(tiny_marian_kwargs).train()
+    inputs = dict(input_ids=SOURCES, attention_mask=SOURCES != 39, labels=TARGETS[:, 1:].contiguous())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(**inputs).loss
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    torch.testing.assert_close(loss, model(**inputs).loss, atol=0.05, rtol=0.02)
