@@ -195,19 +195,27 @@ def test_fusion_variants():
     assert (beta[1, :, :, 3:] == 0).all()
 
 
+EXTREMES = [-1e4, -30.0, 0.0, 30.0, 1e4]
+
+
+def extreme_heads(normalization, mu_hat, sigma_hat, omega_hat):
+    """Two-component heads whose nets output the given raw μ̂, σ̂ and ω̂ (first component) whatever the query."""
+    heads = make_heads(num_components=2, normalization=normalization)
+    with torch.no_grad():
+        heads.mu_ffn.output.bias.fill_(mu_hat)
+        heads.sigma_ffn.output.bias.fill_(sigma_hat)
+        heads.omega_ffn.output.bias.copy_(torch.tensor([omega_hat, 0.0]))
+        heads.gate_ffn.output.bias.fill_(omega_hat)
+    return heads
+
+
 @pytest.mark.parametrize("normalization", ["approximate", "strict", "none"])
 def test_no_nan_or_inf_for_any_length_and_extreme_parameters(normalization):
-    extremes = [-1e4, -30.0, 0.0, 30.0, 1e4]
     for source_length in range(1, 7):
-        for mu_hat in extremes:
-            for sigma_hat in extremes:
+        for mu_hat in EXTREMES:
+            for sigma_hat in EXTREMES:
                 for omega_hat in (-1e4, 1e4):
-                    heads = make_heads(num_components=2, normalization=normalization)
-                    with torch.no_grad():
-                        heads.mu_ffn.output.bias.fill_(mu_hat)
-                        heads.sigma_ffn.output.bias.fill_(sigma_hat)
-                        heads.omega_ffn.output.bias.copy_(torch.tensor([omega_hat, 0.0]))
-                        heads.gate_ffn.output.bias.fill_(omega_hat)
+                    heads = extreme_heads(normalization, mu_hat, sigma_hat, omega_hat)
                     query = torch.randn(2, 2, 3, HEAD_DIM, requires_grad=True)
                     key = torch.randn(2, 2, 6, HEAD_DIM, requires_grad=True)
                     value = torch.randn(2, 2, 6, HEAD_DIM, requires_grad=True)
@@ -460,16 +468,10 @@ def test_fast_path_gives_padded_keys_no_weight(normalization):
 
 @pytest.mark.parametrize("normalization", NORMALIZATIONS)
 def test_fast_path_no_nan_or_inf_for_extreme_parameters(normalization):
-    extremes = [-1e4, -30.0, 0.0, 30.0, 1e4]
-    for mu_hat in extremes:
-        for sigma_hat in extremes:
+    for mu_hat in EXTREMES:
+        for sigma_hat in EXTREMES:
             for omega_hat in (-1e4, 1e4):
-                heads = make_heads(num_components=2, normalization=normalization)
-                with torch.no_grad():
-                    heads.mu_ffn.output.bias.fill_(mu_hat)
-                    heads.sigma_ffn.output.bias.fill_(sigma_hat)
-                    heads.omega_ffn.output.bias.copy_(torch.tensor([omega_hat, 0.0]))
-                    heads.gate_ffn.output.bias.fill_(omega_hat)
+                heads = extreme_heads(normalization, mu_hat, sigma_hat, omega_hat)
                 query = torch.randn(3, 2, 3, HEAD_DIM, requires_grad=True)
                 key = torch.randn(3, 2, 6, HEAD_DIM, requires_grad=True)
                 value = torch.randn(3, 2, 6, HEAD_DIM, requires_grad=True)
