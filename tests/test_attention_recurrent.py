@@ -9,11 +9,15 @@ from transformers import AutoModelForSeq2SeqLM
 
 import hf_simple_attn.modeling.attention_recurrent  # noqa: F401  (registers the families)
 from hf_simple_attn import SimpleAttnMarianConfig
+from hf_simple_attn.modeling import attention_recurrent
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_recurrent import (
     RandomSynthesizerHeads,
     RecurrentAttentionState,
     RecurrentHeads,
+    attend,
+    logit_attention,
+    position_weights,
 )
 from hf_simple_attn.modeling.attention_registry import AttentionContext, LayoutError
 
@@ -359,6 +363,133 @@ def test_chain_runs_in_float32_under_autocast():
     for a, b in zip(under_autocast, expected):
         assert a.dtype == torch.float32
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+# --- the fused route: the logits as SDPA's queries -------------------------------------------------------------
+
+PADDED_KEYS = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [False] * 6])  # the last example: no real key
+FUSED_CASES = {
+    # name: (key padding mask, query_start, query_length, key_length, is_causal, head_dim)
+    "encoder with padding": (PADDED_KEYS, 0, 6, 6, False, 8),
+    "decoder": (None, 0, 6, 6, True, 8),
+    "decoder with padding": (PADDED_KEYS, 0, 6, 6, True, 8),
+    "cached step": (None, 5, 1, 6, True, 8),
+    "cached step with padding": (PADDED_KEYS, 5, 1, 6, True, 8),
+    "later queries of a prefix": (None, 2, 4, 6, True, 8),
+    "more keys than the head's width": (PADDED_KEYS, 0, 6, 6, True, 4),
+}
+
+
+@pytest.mark.parametrize("case", list(FUSED_CASES))
+def test_logit_attention_equals_the_softmax_of_the_logits_times_the_values(case):
+    """One SDPA call with the logits' rows as queries and unit vectors as keys gives softmax(logits + mask)·V and its
+    gradients. A query without any allowed key (the last example) gets uniform weights, as on the explicit path and in
+    `dot`, but SDPA's CPU kernel does not give their gradient (nor does it for `dot`): it is left out of the loss."""
+    key_padding_mask, query_start, query_length, key_length, is_causal, head_dim = FUSED_CASES[case]
+    torch.manual_seed(0)
+    logits = torch.randn(2, 7, M, dtype=torch.float64, requires_grad=True)  # (heads, rows, M)
+    value = torch.randn(3, key_length, 2, head_dim, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    context = AttentionContext(key_padding_mask, query_start, query_length, is_causal)
+    output = logit_attention(logits, value, context, dropout=0.0)
+    weights = position_weights(logits, context, key_length, value.dtype)
+    expected, _ = attend(weights, value, context, 0.0, output_attentions=False)
+    assert output.shape == expected.shape == (3, 2, query_length, head_dim)
+    torch.testing.assert_close(output, expected, atol=1e-12, rtol=0)
+    grad_output = torch.ones_like(output)
+    if key_padding_mask is not None:
+        grad_output[~key_padding_mask.any(-1)] = 0
+    gradients = torch.autograd.grad(output, (logits, value), grad_output)
+    expected_gradients = torch.autograd.grad(expected, (logits, value), grad_output)
+    for gradient, expected_gradient in zip(gradients, expected_gradients):
+        torch.testing.assert_close(gradient, expected_gradient, atol=1e-12, rtol=0)
+
+
+def test_logit_attention_drops_weights_with_the_given_probability():
+    """Attention dropout inside SDPA (CUDA's fused kernels; the CPU runs SDPA's unfused maths): each draw differs,
+    the mean of many draws is the output without dropout (inverted dropout keeps the expectation)."""
+    torch.manual_seed(0)
+    logits, value = torch.randn(2, 4, M), torch.randn(2, 2, 4, 8)
+    context = AttentionContext(None, 0, 4, True)
+    without_dropout = logit_attention(logits, value, context, dropout=0.0)
+    draws = torch.stack([logit_attention(logits, value, context, dropout=0.5) for _ in range(4000)])
+    assert not torch.allclose(draws[0], draws[1])
+    torch.testing.assert_close(draws.mean(0), without_dropout, atol=0.08, rtol=0)
+
+
+class OperatorCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+NO_DROPOUT = {"attention_dropout": 0.0}
+RAN_MIXED_NO_DROPOUT = {
+    "encoder_self": {
+        "groups": [{**RAN, "num_heads": 2, "transition": "ffn", "freeze_initial": True, **NO_DROPOUT}, {"kind": "dot"}]
+    },
+    "decoder_self": [
+        {**RAN, "layer_norm_residual": False, **NO_DROPOUT},
+        "dot",
+        {**RAN, "layer_norm_residual": False, **NO_DROPOUT},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [RAN_NO_DROPOUT, RAN_MIXED_NO_DROPOUT, dict.fromkeys(("encoder_self", "decoder_self"), SYN)],
+    ids=["ran-all", "ran-mixed", "syn-r"],
+)
+def test_training_through_sdpa_equals_the_reference_path(layout):
+    """Training with padding and without attention dropout, where the CPU's flash kernel takes `logit_attention`
+    (queries as wide as the values): the reference's loss and gradients, and no layer forms its weights (no
+    softmax)."""
+    model = make_model(layout=layout).train()
+    source, source_mask = right_padded(SOURCES)
+    labels = torch.tensor([[14, 15, 16, 0], [17, 18, 0, -100]])
+
+    def loss_and_gradients():
+        model.zero_grad()
+        with OperatorCounter() as counter:
+            loss = model(input_ids=source, attention_mask=source_mask, labels=labels).loss
+        loss.backward()
+        gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        return loss.detach(), gradients, counter.counts.get("aten._softmax", 0)
+
+    fast_loss, fast_gradients, fast_softmaxes = loss_and_gradients()
+    set_attention_fast_paths(model, False)
+    loss, gradients, softmaxes = loss_and_gradients()
+    assert fast_softmaxes == 0 < softmaxes
+    torch.testing.assert_close(fast_loss, loss, atol=1e-6, rtol=0)
+    assert fast_gradients.keys() == gradients.keys()
+    for parameter_name, gradient in gradients.items():
+        torch.testing.assert_close(fast_gradients[parameter_name], gradient, atol=1e-5, rtol=1e-5, msg=parameter_name)
+
+
+def test_training_through_sdpa_with_dropout_as_on_a_gpu(monkeypatch):
+    """The route CUDA takes in training (RAN's attention dropout 0.2 inside SDPA), forced on the CPU: no layer forms
+    its weights, the dropout acts (with the residual dropout off, the loss differs from evaluation's), and every RAN
+    parameter gets a gradient."""
+    monkeypatch.setattr(attention_recurrent, "runs_fused", lambda value, width, dropout: True)
+    model = make_model("ran-all", dropout=0.0)
+    source, source_mask = right_padded(SOURCES)
+    labels = torch.tensor([[14, 15, 16, 0], [17, 18, 0, -100]])
+    with torch.no_grad():
+        evaluation_loss = model(input_ids=source, attention_mask=source_mask, labels=labels).loss
+    model.train()
+    torch.manual_seed(0)
+    with OperatorCounter() as counter:
+        loss = model(input_ids=source, attention_mask=source_mask, labels=labels).loss
+    loss.backward()
+    assert counter.counts.get("aten._softmax", 0) == 0
+    assert torch.isfinite(loss) and not torch.allclose(loss, evaluation_loss)
+    recurrent = {name: p for name, p in model.named_parameters() if "initial_logits" in name or "transition" in name}
+    assert recurrent and all(p.grad is not None and p.grad.abs().sum() > 0 for p in recurrent.values())
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():

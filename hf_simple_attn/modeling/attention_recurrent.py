@@ -28,8 +28,12 @@ projection. Inputs longer than `max_positions` raise a `ValueError`.
 Fast path (`output_attentions` and exports take each layer's own softmax, the reference path): in inference
 without an attention mask, each layer's weights are memoised per (query block, key length). Otherwise a stack's
 RAN layers share one chain per forward, run on the rows that the queries read only (the transition maps every row
-on its own) and in the parameters' dtype (also under autocast), and one softmax over all their logits at once;
-the causal mask without padding is made once and kept. Each layer still draws its own attention dropout.
+on its own) and in the parameters' dtype (also under autocast). Where SDPA runs it as one fused kernel (CUDA,
+attention dropout included; the CPU without dropout, keys no more than a head's width), each layer is one SDPA call
+whose queries are its logits' rows and whose keys are unit vectors (`logit_attention`): no weights are formed and
+the values are read in the projections' layout; under autocast the logits reach the kernel in bf16, as a dot layer's
+scores do. Elsewhere (the CPU with dropout) one softmax over all the stack's logits at once, the causal mask without
+padding made once and kept, and each layer draws its own attention dropout.
 """
 
 import torch
@@ -75,6 +79,8 @@ STACK_OPTIONS = (
     "layer_norm_residual",
     "freeze_initial",
 )
+IDENTITY_KEYS_BYTES = 2**20
+_identity_keys = TensorMemo()
 
 
 class PositionLogitsSpec(GroupSpec):
@@ -132,6 +138,58 @@ def position_weights(logits: torch.Tensor, context: AttentionContext, key_length
     if not context.sees_every_key():
         scores = scores + kept_attention_bias(context, key_length, scores.dtype)  # (..., batch or 1, heads, q, k)
     return torch.softmax(scores, dim=-1).to(dtype)
+
+
+def query_width(key_length: int, head_dim: int, max_positions: int) -> int:
+    """The width of `logit_attention`'s queries and keys: the values' head_dim where the keys fit in it (the fused
+    kernels want queries, keys and values of one width), the key length otherwise; at most the logits' M columns."""
+    return min(max_positions, max(key_length, head_dim))
+
+
+def runs_fused(value: torch.Tensor, width: int, dropout: float) -> bool:
+    """Whether SDPA runs `logit_attention` as one fused kernel: on CUDA (flash or memory-efficient, attention dropout
+    included), on the CPU without dropout and with queries as wide as the values (its flash kernel's conditions).
+    Elsewhere SDPA falls back to its unfused maths, no cheaper than `attend`'s explicit weights."""
+    return value.device.type == "cuda" or (dropout == 0 and width == value.shape[-1])
+
+
+def identity_keys(key_length: int, width: int, value: torch.Tensor) -> torch.Tensor:
+    """Rows 0 .. k_len - 1 of the width × width identity, (k_len, width) in the values' dtype and device, kept across
+    forwards (made in the graph while compiling)."""
+    if is_compiling():
+        return torch.eye(key_length, width, dtype=value.dtype, device=value.device)
+    key = (key_length, width, value.dtype, str(value.device))
+    return _identity_keys.get_or_build(
+        key, lambda: torch.eye(key_length, width, dtype=value.dtype, device=value.device), IDENTITY_KEYS_BYTES
+    )
+
+
+def logit_attention(
+    logits: torch.Tensor, value: torch.Tensor, context: AttentionContext, dropout: float
+) -> torch.Tensor:
+    """softmax(logits + mask)·value, attention dropout with probability `dropout`, as one SDPA call: query i is row i
+    of the logits and key j is the j-th unit vector, so that query i · key j = logits[i, j] (scale 1). The weights are
+    never formed, the values are read in the projections' layout, and the output comes laid out as (batch, q_len,
+    heads, d), ready for the merge of the heads.
+
+    logits: (heads, rows, M), row i = query position i; value: (batch, heads, k_len, d) -> (batch, heads, q_len, d).
+    The logits reach the kernel in the values' dtype (under autocast, bf16 like a dot layer's scores).
+    """
+    batch_size, num_heads, key_length, head_dim = value.shape
+    width = query_width(key_length, head_dim, logits.shape[-1])
+    start = context.query_start
+    query = logits[:, start : start + context.query_length, :width].to(value.dtype)  # (heads, q_len, width)
+    query = query.unsqueeze(0).expand(batch_size, -1, -1, -1)
+    key = identity_keys(key_length, width, value).expand(batch_size, num_heads, -1, -1)  # (batch, heads, k_len, width)
+    # As `dot`: SDPA's own causal kernel when the queries are every position of an unpadded sequence.
+    mask, is_causal = None, False
+    if context.key_padding_mask is None and context.is_causal and context.query_length == key_length:
+        is_causal = True
+    elif not context.sees_every_key():
+        mask = kept_attention_bias(context, key_length, value.dtype)
+    return nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=1.0
+    )
 
 
 def attend(
@@ -366,18 +424,28 @@ class PositionLogitsHeads(AttentionHeads):
     def clear_memo(self) -> None:
         self.weights_memo = PositionWeightsMemo(self.memo_bytes)
 
-    def fast_weights(
-        self, context: AttentionContext, key_length: int, dtype, dropout_batch: int | None
-    ) -> torch.Tensor | None:
-        """This layer's weights (batch or 1, heads, q_len, k_len) from the fast path, or None where it has none.
-        dropout_batch: the batch size when attention dropout draws a mask per example (None without dropout): the
-        weights may come expanded to it."""
+    def memoised_weights(self, context: AttentionContext, key_length: int, dtype) -> torch.Tensor | None:
+        """This layer's weights (1, heads, q_len, k_len) from the memo, in inference without an attention mask (not
+        while compiling); None elsewhere."""
         if self.training or context.key_padding_mask is not None or is_compiling():
             return None
         logits = self.position_logits(context)
         if torch.is_grad_enabled() and logits.requires_grad:
             return None
         return self.weights_memo.get(logits, context, key_length, dtype)
+
+    def fused_logits(self, context: AttentionContext) -> torch.Tensor:
+        """The logits (heads, rows, M) `logit_attention` reads, rows covering the queries: `position_logits` unless
+        the family shares them between layers."""
+        return self.position_logits(context)
+
+    def shared_weights(
+        self, context: AttentionContext, key_length: int, dtype, dropout_batch: int | None
+    ) -> torch.Tensor | None:
+        """This layer's weights (batch or 1, heads, q_len, k_len) where the family computes them once for several
+        layers, else None. dropout_batch: the batch size when attention dropout draws a mask per example (None without
+        dropout): the weights may come expanded to it."""
+        return None
 
     def forward(
         self,
@@ -393,7 +461,12 @@ class PositionLogitsHeads(AttentionHeads):
         dropout = self.attention_dropout if self.training else 0.0
         weights = None
         if self.fast_path and not output_attentions and not is_exporting():
-            weights = self.fast_weights(context, key_length, value.dtype, batch_size if dropout > 0 else None)
+            weights = self.memoised_weights(context, key_length, value.dtype)
+            width = query_width(key_length, value.shape[-1], self.spec["max_positions"])
+            if weights is None and runs_fused(value, width, dropout):
+                return logit_attention(self.fused_logits(context), value, context, dropout), None
+            if weights is None:
+                weights = self.shared_weights(context, key_length, value.dtype, batch_size if dropout > 0 else None)
         if weights is None:
             weights = position_weights(self.position_logits(context), context, key_length, value.dtype)
         return attend(weights, value, context, dropout, output_attentions)
@@ -505,16 +578,28 @@ class RecurrentHeads(PositionLogitsHeads):
         # This layer is the stack's RAN layer number family_layer_idx + 1: it attends with A_{family_layer_idx + 1}.
         return self.stack_state(context).layer_logits(self.family_layer_idx)
 
-    def fast_weights(
+    def memoised_weights(self, context: AttentionContext, key_length: int, dtype) -> torch.Tensor | None:
+        if self.stack_state(context).in_graph():
+            return None  # the logits need a gradient (or are being traced): nothing to memoise
+        return super().memoised_weights(context, key_length, dtype)
+
+    def fused_logits(self, context: AttentionContext) -> torch.Tensor:
+        """While the layers share a chain: this layer's A_k from the chain run once per forward, on the rows the
+        queries read; else its own logits."""
+        state = self.stack_state(context)
+        if not (state.in_graph() and state.shares_chain):
+            return self.position_logits(context)
+        rows = context.query_start + context.query_length
+        return context.shared(("recurrent logits", rows), lambda: tuple(state.chain(state.num_layers, rows)))[
+            self.family_layer_idx
+        ]
+
+    def shared_weights(
         self, context: AttentionContext, key_length: int, dtype, dropout_batch: int | None
     ) -> torch.Tensor | None:
-        """The memo where it applies; else, while the layers share a chain, one softmax over all the stack's RAN
-        layers' logits per forward (and one expansion for dropout), of which this layer takes its own."""
+        """While the layers share a chain: one softmax over all the stack's RAN layers' logits per forward (and one
+        expansion for dropout), of which this layer takes its own."""
         state = self.stack_state(context)
-        if not state.in_graph():
-            weights = super().fast_weights(context, key_length, dtype, dropout_batch)
-            if weights is not None:
-                return weights
         if not state.shares_chain:
             return None
 
