@@ -234,6 +234,39 @@ def test_model_fast_paths_equal_reference(name):
             assert torch.equal(fast, reference)
 
 
+@pytest.mark.parametrize("name", ["hard-dec", "hard-cross", "hc-all", "base"])
+def test_cross_values_zeroed_once_when_the_cache_is_filled(name):
+    """Cross attention whose groups all take zeroed padding (hard retrieval, hard-coded) caches its values zeroed at
+    the padded keys, once per generate, and its steps skip the zeroing: cached steps equal the reference forward, also
+    for a source of padding only (zero outputs where no key is real). `dot` keeps its values as projected."""
+    model = make_model(name)
+    source, source_mask = padded_batch(SOURCE_LENGTH, seed=1)
+    source, source_mask = torch.cat([source, source[:1]]), torch.cat([source_mask, torch.zeros_like(source_mask[:1])])
+    target, _ = padded_batch(TARGET_LENGTH, seed=2)
+    target = torch.cat([target, target[:1]])
+    target[:, 0] = PAD  # decoder start
+    with torch.no_grad():
+        set_attention_fast_paths(model, False)
+        reference = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target).logits
+        set_attention_fast_paths(model, True)
+        encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
+        cache, steps = None, []
+        for position in range(TARGET_LENGTH):
+            output = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=source_mask,
+                decoder_input_ids=target[:, position : position + 1],
+                cache=cache,
+                use_cache=True,
+            )
+            cache, steps = output.cache, steps + [output.logits]
+    torch.testing.assert_close(torch.cat(steps, dim=1), reference, atol=1e-5, rtol=1e-5)
+    padded = ~source_mask.bool()
+    for layer in cache.cross_attention_cache.layers:
+        padded_values = layer.values.transpose(1, 2)[padded]  # (padded keys, heads, head_dim)
+        assert (padded_values == 0).all() == (name != "base")
+
+
 @pytest.mark.parametrize("name, kept", [("hc-sa-conv", 2), ("hc-sa-index", 1), ("hc-sa", 6), ("sh-x", 6)])
 def test_windowed_decoder_cache_keeps_only_the_window(name, kept):
     """Hard-coded decoder self attention reads the last `kept` earlier positions only (σ = 1: radius 5

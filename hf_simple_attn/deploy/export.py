@@ -85,8 +85,9 @@ class EncoderForExport(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         hidden_states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         outputs = [hidden_states]
+        key_padding_mask = attention_mask.bool()
         for attention in self.cross_attentions:
-            key, value = attention.project_keys_values(hidden_states)
+            key, value = attention.project_cross_keys_values(hidden_states, key_padding_mask)
             outputs += [key, value] if attention.heads.query_key_slots else [value]
         return tuple(outputs)
 

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
+from .attention_ops import zero_padding
 from .attention_registry import AttentionContext, AttentionHeads, LayerSpec, get_attention_family
 from .layout import query_key_slots
 
@@ -46,6 +47,7 @@ class HeadGroups(nn.Module):
             self.slot_ranges.append((slot_start, slot_start + slots))
             head_start += group_spec["num_heads"]
             slot_start += slots
+        self.takes_zeroed_padding = all(group.takes_zeroed_padding for group in self.groups)
 
     def forward(
         self,
@@ -127,6 +129,16 @@ class SimpleAttention(AttentionProjections):
             key = value[:, :0]  # no heads score keys: a zero-head view, nothing allocated (nor cached: see cache.py)
         return key, value
 
+    def project_cross_keys_values(
+        self, source: torch.Tensor, key_padding_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross attention's keys and values as its cache keeps them: the values zeroed at the padded keys where every
+        group takes them so (once per generate, where the groups would zero them in every step)."""
+        key, value = self.project_keys_values(source)
+        if self.heads.takes_zeroed_padding:
+            value = zero_padding(value, key_padding_mask)
+        return key, value
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -146,9 +158,14 @@ class SimpleAttention(AttentionProjections):
             if cache.is_updated.get(self.layer_idx):
                 key, value = cross_cache.layers[self.layer_idx].keys, cross_cache.layers[self.layer_idx].values
             else:
-                key, value = cross_cache.update(*self.project_keys_values(key_value_states), self.layer_idx)
+                projected = self.project_cross_keys_values(key_value_states, context.key_padding_mask)
+                key, value = cross_cache.update(*projected, self.layer_idx)
                 cache.is_updated[self.layer_idx] = True
-            context = dataclasses.replace(context, decoding_state=cross_cache.layers[self.layer_idx].states)
+            context = dataclasses.replace(
+                context,
+                decoding_state=cross_cache.layers[self.layer_idx].states,
+                padded_values_zeroed=self.heads.takes_zeroed_padding,
+            )
         else:
             self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             key, value = self_cache.update(*self.project_keys_values(hidden_states), self.layer_idx)

@@ -17,7 +17,8 @@ The weights depend on positions only, so the fast path (the default) never build
   depthwise `conv1d` over the values, O(n·taps); short ones, and cached decoding steps, multiply
   a memoised banded table over the keys the kernel reaches (one matrix product), so a decoding step
   reads only the last few positions and the decoder cache may drop older ones (`decoding_lookback`).
-- cross attention multiplies a memoised (heads, q_len, k_len) table.
+- cross attention multiplies a memoised (heads, q_len, k_len) table. Padded keys are zeroed values, which a
+  cached decoding step finds zeroed in the cache already (filled once per generate: `takes_zeroed_padding`).
 Tables live in a small module-level memo keyed by spec, positions, shapes, dtype and device (never as
 module tensors, which `from_pretrained` would build on the meta device; never keyed by tensor values).
 Under `torch.compile` they are built in the graph instead. The reference path (the full table of
@@ -130,6 +131,7 @@ class HardCodedGaussianHeads(AttentionHeads):
     """Fixed Gaussian weights N(j; c(i) + offset_h, σ) per head over the values; no learned scores."""
 
     option_names = ("offsets", "sigma", "window", "indexing", "centre")
+    takes_zeroed_padding = True  # padded keys are zeroed values: the weights need no mask
 
     @classmethod
     def normalize_spec(cls, spec: dict, site: str, field: str) -> HardCodedSpec:
@@ -289,6 +291,8 @@ class HardCodedGaussianHeads(AttentionHeads):
             key_padding_mask = key_padding_mask[:, key_padding_mask.shape[1] - key_length :]
         if output_attentions or not self.fast_path:
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
+        if context.padded_values_zeroed:
+            key_padding_mask = None  # zeroed once, when the cross-attention cache was filled
         if is_exporting():
             return self.export_forward(value, key_padding_mask, context), None
         start, query_length = context.query_start, context.query_length

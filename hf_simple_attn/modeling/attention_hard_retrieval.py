@@ -23,6 +23,8 @@ sublayer's merge of the heads nor the values' gradient needs a copy:
   softmax), whose backward gives dQ and dK in the projections' layout without a P saved for it.
 - inference: argmax of the masked QKᵀ (the argmax of QKᵀ/√d is that of QKᵀ), no mask at all when every key is
   visible (no attention mask; encoder and cross attention, or a cached decoding step); no softmax, no weighted sum.
+  Cached cross attention holds its values zeroed at the padded keys (once per generate: `takes_zeroed_padding`), so
+  a query without any real key retrieves a zero row and a step needs no zeroing of its own.
 The parameters are exactly those of `dot`, so a model trained with one can decode with the other
 (the paper's Table 4) by changing the kind in its layout.
 """
@@ -117,6 +119,7 @@ class HardRetrievalHeads(AttentionHeads):
     """One-hot attention: sampled from softmax(QKᵀ/√d) in training, argmax of QKᵀ at inference."""
 
     uses_query_key = True
+    takes_zeroed_padding = True  # a padded key is never retrieved while a real one is allowed
 
     def forward(
         self,
@@ -132,6 +135,9 @@ class HardRetrievalHeads(AttentionHeads):
                 output = self.sample_and_retrieve(query, key, value, context)
             else:
                 output = self.retrieve_best(query, key, value, context)
+            if context.padded_values_zeroed:
+                # A query without any real key retrieves a padded key, whose value the cache holds zeroed.
+                return output, None
             return self.zero_without_key(output, context, key.shape[-2]), None
         scores = dot_product_scores(query, key, context)  # (batch, heads, q_len, k_len)
         if self.training:

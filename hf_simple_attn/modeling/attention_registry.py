@@ -121,6 +121,9 @@ class AttentionContext:
         every state at zeros and needs its shape not to depend on the lengths.
     shared_tensors: tensors the layers of one forward share (masks, positions), made once by `shared`; keyed by
         Python values only, and kept by the copies `dataclasses.replace` makes for each cached sublayer.
+    padded_values_zeroed: whether the values are zero at the padded keys already: cross attention's cached values of
+        a sublayer whose groups all take them so (`AttentionHeads.takes_zeroed_padding`), zeroed once when the cache
+        was filled.
     """
 
     key_padding_mask: torch.Tensor | None
@@ -131,6 +134,7 @@ class AttentionContext:
     stack_state: dict | None = None
     decoding_state: dict | None = None
     shared_tensors: dict = field(default_factory=dict)
+    padded_values_zeroed: bool = False
 
     @property
     def query_positions(self) -> torch.Tensor:
@@ -222,6 +226,10 @@ class AttentionHeads(nn.Module):
     # Families with a fast path run it when True, their reference path when False (the path used for the
     # weights); `attention.set_attention_fast_paths` switches every group of a model.
     fast_path: bool = True
+    # Whether the family gives padded keys no weight and a query without any real key a zero output, so that its
+    # values may come zeroed at the padded keys: cross attention then caches them zeroed, once per generate instead
+    # of once per step (`AttentionContext.padded_values_zeroed` tells the family).
+    takes_zeroed_padding: bool = False
 
     def __init__(
         self,
