@@ -18,6 +18,7 @@ from hf_simple_attn.modeling.attention_recurrent import (
     attend,
     logit_attention,
     position_weights,
+    query_width,
 )
 from hf_simple_attn.modeling.attention_registry import AttentionContext, LayoutError
 
@@ -402,6 +403,14 @@ def test_logit_attention_equals_the_softmax_of_the_logits_times_the_values(case)
     expected_gradients = torch.autograd.grad(expected, (logits, value), grad_output)
     for gradient, expected_gradient in zip(gradients, expected_gradients):
         torch.testing.assert_close(gradient, expected_gradient, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "key_length, head_dim, max_positions, width",
+    [(48, 64, 256, 64), (64, 64, 256, 64), (65, 64, 256, 72), (100, 64, 256, 104), (250, 64, 252, 252)],
+)
+def test_query_width_is_the_head_width_or_the_keys_aligned_to_8(key_length, head_dim, max_positions, width):
+    assert query_width(key_length, head_dim, max_positions) == width
 
 
 def test_logit_attention_drops_weights_with_the_given_probability():

@@ -141,9 +141,10 @@ def position_weights(logits: torch.Tensor, context: AttentionContext, key_length
 
 
 def query_width(key_length: int, head_dim: int, max_positions: int) -> int:
-    """The width of `logit_attention`'s queries and keys: the values' head_dim where the keys fit in it (the fused
-    kernels want queries, keys and values of one width), the key length otherwise; at most the logits' M columns."""
-    return min(max_positions, max(key_length, head_dim))
+    """The width of `logit_attention`'s queries and keys, at most the logits' M columns: the values' head_dim where
+    the keys fit in it (flash kernels want queries, keys and values of one width), else the key length rounded up to
+    a multiple of 8 (the memory-efficient kernel takes values of another width, queries and keys aligned to 8)."""
+    return min(max_positions, max(head_dim, -(-key_length // 8) * 8))
 
 
 def runs_fused(value: torch.Tensor, width: int, dropout: float) -> bool:
