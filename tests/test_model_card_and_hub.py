@@ -104,6 +104,32 @@ def test_translation_card_metadata_and_body(marian_model, tmp_path):
     assert "import hf_simple_attn" in body and 'AutoModelForSeq2SeqLM.from_pretrained("someone/sh-x-en-de")' in body
 
 
+def test_card_names_the_configuration_of_a_hub_dataset(tmp_path):
+    """A GLUE run names its task (the dataset's configuration) in the `model-index` and the body, so that results of
+    SST-2 and MNLI checkpoints are not both attributed to `nyu-mll/glue` alone."""
+    config = SimpleAttnBertConfig.from_preset(
+        "base", vocab_size=40, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48
+    )
+    card = ModelCard.load(
+        write_model_card(
+            tmp_path / "sst2",
+            SimpleAttnBertForSequenceClassification(config),
+            task="text-classification",
+            dataset_name="nyu-mll/glue",
+            dataset_config="sst2",
+            metrics={"eval_accuracy": 0.8},
+        )
+    )
+    (result,) = card.data.eval_results
+    assert (result.dataset_type, result.dataset_config, result.dataset_name) == (
+        "nyu-mll/glue",
+        "sst2",
+        "nyu-mll/glue (sst2)",
+    )
+    assert card.data.datasets == ["nyu-mll/glue"]
+    assert "The Hub dataset `nyu-mll/glue`, configuration `sst2`" in card.text
+
+
 def test_card_of_a_converted_model_with_local_data(marian_model, tmp_path):
     card = ModelCard.load(
         write_model_card(

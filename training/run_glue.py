@@ -585,6 +585,7 @@ def publish(trainer, model_args, data_args, summary: dict, metrics: dict, push_t
         trainer.model,
         task="text-classification",
         dataset_name=dataset_description(data_args),
+        dataset_config=data_args.task_name or data_args.dataset_config_name,
         metrics=metrics,
         language=["en"],
         base_model=model_args.model_name_or_path,

@@ -546,6 +546,7 @@ def publish(trainer, model_args, data_args, language: str, summary: dict, metric
         trainer.model,
         task="summarization",
         dataset_name=dataset_description(data_args),
+        dataset_config=data_args.dataset_config_name,
         metrics=metrics,
         language=[language],
         base_model=model_args.model_name_or_path,

@@ -253,6 +253,7 @@ def publish(trainer, model_args, data_args, attention_args, scorer, metrics: dic
         trainer.model,
         task="translation",
         dataset_name=dataset_label(data_args),
+        dataset_config=data_args.dataset_config_name,
         metrics=metrics,
         language=[data_args.source_lang, data_args.target_lang],
         base_model=model_args.model_name_or_path,

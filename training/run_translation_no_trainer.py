@@ -587,6 +587,7 @@ def publish(model, args: LoopArguments, model_args, data_args, summary: dict, al
         model,
         task="translation",
         dataset_name=dataset_label(data_args),
+        dataset_config=data_args.dataset_config_name,
         metrics=all_results,
         language=[data_args.source_lang, data_args.target_lang],
         base_model=model_args.model_name_or_path,

@@ -166,8 +166,9 @@ def parse_metrics(metrics: dict) -> list[tuple[str, str, str | None, str, float]
     return parsed
 
 
-def describe_data(dataset_name: str | None) -> tuple[str, str, str]:
-    """(short name of the training data, its full description, the licence of its text) for the card."""
+def describe_data(dataset_name: str | None, dataset_config: str | None = None) -> tuple[str, str, str]:
+    """(short name of the training data, its full description, the licence of its text) for the card; a Hub dataset
+    is named with its configuration (GLUE's task, WMT16's language pair) when it has one."""
     if dataset_name is None:
         return "unspecified data", "Unspecified data", "not stated."
     corpus = LOCAL_CORPUS_LABEL.match(dataset_name)
@@ -181,6 +182,10 @@ def describe_data(dataset_name: str | None) -> tuple[str, str, str]:
             data_license += "; check whether its terms apply to your use of the weights."
         return name, f"{name} (`{dataset_name}`)", data_license
     if HUB_DATASET_ID.match(dataset_name):
+        if dataset_config:
+            short = f"`{dataset_name}` (`{dataset_config}`)"
+            description = f"The Hub dataset `{dataset_name}`, configuration `{dataset_config}`"
+            return short, description, "see the dataset's card on the Hub."
         return f"`{dataset_name}`", f"The Hub dataset `{dataset_name}`", "see the dataset's card on the Hub."
     return f"`{dataset_name}`", f"`{dataset_name}`", "not stated."
 
@@ -247,6 +252,7 @@ def write_model_card(
     task: str,
     dataset_name: str | None,
     metrics: dict[str, float],
+    dataset_config: str | None = None,
     language: list[str] | None = None,
     base_model: str | None = None,
     training_summary: dict | None = None,
@@ -257,7 +263,9 @@ def write_model_card(
 
     task: "translation", "summarization" or "text-classification". dataset_name: a Hub dataset id
     (listed under `datasets` and in the `model-index`) or any description of the data; the package's corpora
-    ("hf_simple_attn:embedded", ...) are named in the body with their licence. metrics: the scripts'
+    ("hf_simple_attn:embedded", ...) are named in the body with their licence. dataset_config: the Hub dataset's
+    configuration (`load_dataset`'s second argument: GLUE's task, WMT16's language pair), in the `model-index` and
+    the body. metrics: the scripts'
     results (`eval_bleu`, `predict_chrf`, ...). base_model: the checkpoint the model was converted from, if any.
     training_summary: settings shown in a table (steps, batch size, SacreBLEU signature, ...; a value of None or
     "-" leaves its row out). model_id: the Hub repository the checkpoint is pushed to, which the title and the usage
@@ -271,12 +279,14 @@ def write_model_card(
     model_name = model_id or output_dir.resolve().name
     parsed_metrics = parse_metrics(metrics)
     card = ModelCard.from_template(
-        card_metadata(model.config, model_name, task, dataset_name, parsed_metrics, language, base_model, license),
+        card_metadata(
+            model.config, model_name, task, dataset_name, dataset_config, parsed_metrics, language, base_model, license
+        ),
         template_str=card_template(),
         model_name=model_name,
         model_id=model_id or output_dir.as_posix(),
         base_model=base_model,
-        **task_and_data_fields(task, dataset_name, language),
+        **task_and_data_fields(task, dataset_name, dataset_config, language),
         **model_fields(model, output_dir),
         training_rows=[
             (key, format_value(value)) for key, value in (training_summary or {}).items() if value not in NO_VALUE
@@ -305,7 +315,9 @@ def card_for_repository(card_text: str, repo_id: str) -> str:
     return str(card)
 
 
-def card_metadata(config, model_name, task, dataset_name, parsed_metrics, language, base_model, license):
+def card_metadata(
+    config, model_name, task, dataset_name, dataset_config, parsed_metrics, language, base_model, license
+):
     """The card's metadata: licence, languages, tags (the model type, the task, the attention families and
     preset), the evaluation metrics, and for a Hub dataset, `datasets` and a `model-index` of the results."""
     pipeline_tag = TASKS[task].pipeline_tag
@@ -315,7 +327,8 @@ def card_metadata(config, model_name, task, dataset_name, parsed_metrics, langua
         EvalResult(
             task_type=pipeline_tag,
             dataset_type=dataset_id,
-            dataset_name=dataset_id,
+            dataset_name=dataset_id if dataset_config is None else f"{dataset_id} ({dataset_config})",
+            dataset_config=dataset_config,
             dataset_split=split,
             metric_type=metric_type,
             metric_name=f"{shown} ({split})",
@@ -339,10 +352,12 @@ def card_metadata(config, model_name, task, dataset_name, parsed_metrics, langua
     )
 
 
-def task_and_data_fields(task: str, dataset_name: str | None, language: list[str] | None) -> dict:
+def task_and_data_fields(
+    task: str, dataset_name: str | None, dataset_config: str | None, language: list[str] | None
+) -> dict:
     """The template's fields on the task (its description and an example input) and the training data."""
     task_card = TASKS[task]
-    data_name, data_description, data_license = describe_data(dataset_name)
+    data_name, data_description, data_license = describe_data(dataset_name, dataset_config)
     languages = f" ({' → '.join(language)})" if language else ""
     return dict(
         task=task,
