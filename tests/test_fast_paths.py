@@ -71,6 +71,22 @@ def both_paths(model, function):
     return fast, reference
 
 
+def cached_steps(model, source, source_mask, target) -> tuple[torch.Tensor, object]:
+    """The logits of decoding `target` one token a step with the cache, (batch, target_len, vocab), and the cache."""
+    encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
+    cache, steps = None, []
+    for position in range(target.shape[1]):
+        output = model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=source_mask,
+            decoder_input_ids=target[:, position : position + 1],
+            cache=cache,
+            use_cache=True,
+        )
+        cache, steps = output.cache, steps + [output.logits]
+    return torch.cat(steps, dim=1), cache
+
+
 # --- hand computations ---------------------------------------------------------------------------
 
 
@@ -206,19 +222,8 @@ def test_model_fast_paths_equal_reference(name):
         torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-5)
 
         # Step by step with the cache (fast paths, sliding windows) equals the reference full forward.
-        encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
-        cache, steps = None, []
-        for position in range(TARGET_LENGTH):
-            output = model(
-                encoder_outputs=encoder_outputs,
-                attention_mask=source_mask,
-                decoder_input_ids=target[:, position : position + 1],
-                cache=cache,
-                use_cache=True,
-            )
-            cache = output.cache
-            steps.append(output.logits)
-        torch.testing.assert_close(torch.cat(steps, dim=1), reference, atol=1e-5, rtol=1e-5)
+        steps, cache = cached_steps(model, source, source_mask, target)
+        torch.testing.assert_close(steps, reference, atol=1e-5, rtol=1e-5)
         assert cache.get_seq_length() == TARGET_LENGTH
 
         for num_beams in (1, 3):
@@ -249,18 +254,8 @@ def test_cross_values_zeroed_once_when_the_cache_is_filled(name):
         set_attention_fast_paths(model, False)
         reference = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target).logits
         set_attention_fast_paths(model, True)
-        encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
-        cache, steps = None, []
-        for position in range(TARGET_LENGTH):
-            output = model(
-                encoder_outputs=encoder_outputs,
-                attention_mask=source_mask,
-                decoder_input_ids=target[:, position : position + 1],
-                cache=cache,
-                use_cache=True,
-            )
-            cache, steps = output.cache, steps + [output.logits]
-    torch.testing.assert_close(torch.cat(steps, dim=1), reference, atol=1e-5, rtol=1e-5)
+        steps, cache = cached_steps(model, source, source_mask, target)
+    torch.testing.assert_close(steps, reference, atol=1e-5, rtol=1e-5)
     padded = ~source_mask.bool()
     for layer in cache.cross_attention_cache.layers:
         padded_values = layer.values.transpose(1, 2)[padded]  # (padded keys, heads, head_dim)
