@@ -70,6 +70,22 @@ def make_model(preset: str | None = None, layout: dict | None = None, **override
     return SimpleAttnMarianMTModel(config).eval()
 
 
+def cached_steps(model, source, source_mask, target) -> tuple[torch.Tensor, object]:
+    """The logits of decoding `target` one token a step with the cache, (batch, target_len, vocab), and the cache."""
+    encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
+    cache, steps = None, []
+    for position in range(target.shape[1]):
+        output = model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=source_mask,
+            decoder_input_ids=target[:, position : position + 1],
+            cache=cache,
+            use_cache=True,
+        )
+        cache, steps = output.cache, steps + [output.logits]
+    return torch.cat(steps, dim=1), cache
+
+
 def build_tokenizer():
     """A Marian-layout word-level fast tokenizer: </s>=0, <unk>=1, words, <pad> last (id 39)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors

@@ -22,7 +22,7 @@ from hf_simple_attn.modeling.attention_recurrent import (
 )
 from hf_simple_attn.modeling.attention_registry import AttentionContext, LayoutError
 
-from conftest import TINY_MARIAN, make_model
+from conftest import TINY_MARIAN, cached_steps, make_model
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -597,18 +597,8 @@ def test_cached_steps_equal_the_full_forward(name):
     target = torch.tensor([TARGETS[0], TARGETS[1] + [22, 23]])
     with torch.no_grad():
         full = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target).logits
-        encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
-        cache, steps = None, []
-        for position in range(target.shape[1]):
-            out = model(
-                encoder_outputs=encoder_outputs,
-                attention_mask=source_mask,
-                use_cache=True,
-                decoder_input_ids=target[:, position : position + 1],
-                cache=cache,
-            )
-            cache, steps = out.cache, steps + [out.logits]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+        steps, _ = cached_steps(model, source, source_mask, target)
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))

@@ -15,7 +15,7 @@ from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttn
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES, SITES, AttentionHeads
 
-from conftest import TINY_BERT, TINY_MARIAN, make_model
+from conftest import TINY_BERT, TINY_MARIAN, cached_steps, make_model
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -135,19 +135,8 @@ def test_cached_steps_equal_the_full_forward_on_both_paths(kind, site):
         set_attention_fast_paths(model, fast)
         full = logits(model, source, source_mask, target)
         with torch.no_grad():
-            encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
-            cache, steps = None, []
-            for position in range(target.shape[1]):
-                step = model(
-                    encoder_outputs=encoder_outputs,
-                    attention_mask=source_mask,
-                    decoder_input_ids=target[:, position : position + 1],
-                    cache=cache,
-                    use_cache=True,
-                )
-                cache = step.cache
-                steps.append(step.logits)
-        torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+            steps, _ = cached_steps(model, source, source_mask, target)
+        torch.testing.assert_close(steps, full, atol=1e-5, rtol=0)
         if reference is None:
             reference = full
         torch.testing.assert_close(full, reference, atol=1e-5, rtol=1e-5)

@@ -12,7 +12,7 @@ from hf_simple_attn.modeling.attention_local import LocalMaskHeads
 from hf_simple_attn.modeling.attention_registry import AttentionContext
 from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer
 
-from conftest import TINY_MARIAN, make_model
+from conftest import TINY_MARIAN, cached_steps, make_model
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -69,22 +69,6 @@ def both_paths(model, function):
     reference = function()
     set_attention_fast_paths(model, True)
     return fast, reference
-
-
-def cached_steps(model, source, source_mask, target) -> tuple[torch.Tensor, object]:
-    """The logits of decoding `target` one token a step with the cache, (batch, target_len, vocab), and the cache."""
-    encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
-    cache, steps = None, []
-    for position in range(target.shape[1]):
-        output = model(
-            encoder_outputs=encoder_outputs,
-            attention_mask=source_mask,
-            decoder_input_ids=target[:, position : position + 1],
-            cache=cache,
-            use_cache=True,
-        )
-        cache, steps = output.cache, steps + [output.logits]
-    return torch.cat(steps, dim=1), cache
 
 
 # --- hand computations ---------------------------------------------------------------------------
