@@ -73,7 +73,13 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=os.path.join(common.RESULTS_DIR, "training.json"))
     parser.add_argument("--chart", default=None, help="PNG path (default: the output path with .png)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if len(set(args.memory_batch_sizes)) < 2:
+        parser.error(
+            f"--memory-batch-sizes: the memory fit needs at least two different batch sizes, got "
+            f"{args.memory_batch_sizes} (e.g. --memory-batch-sizes 16 32)"
+        )
+    return args
 
 
 class Trainer:

@@ -83,6 +83,13 @@ def test_decoding_benchmark(tmp_path):
     assert data["chart"] is None or os.path.exists(data["chart"])
 
 
+@pytest.mark.parametrize("sizes", [["16"], ["16", "16"]])
+def test_training_benchmark_needs_two_memory_batch_sizes(sizes, capsys):
+    with pytest.raises(SystemExit):
+        bench_training.parse_args(["--memory-batch-sizes", *sizes])
+    assert "--memory-batch-sizes: the memory fit needs at least two different batch sizes" in capsys.readouterr().err
+
+
 def test_training_benchmark(tmp_path):
     output = tmp_path / "training.json"
     bench_training.main(
