@@ -396,6 +396,8 @@ def test_logit_attention_equals_the_softmax_of_the_logits_times_the_values(case)
     expected, _ = attend(weights, value, context, 0.0, output_attentions=False)
     assert output.shape == expected.shape == (3, 2, query_length, head_dim)
     torch.testing.assert_close(output, expected, atol=1e-12, rtol=0)
+    if query_width(key_length, head_dim, M) == head_dim:  # SDPA's CPU kernel: laid out for a merge of the heads
+        assert output.transpose(1, 2).is_contiguous()
     grad_output = torch.ones_like(output)
     if key_padding_mask is not None:
         grad_output[~key_padding_mask.any(-1)] = 0
