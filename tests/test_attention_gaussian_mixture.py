@@ -209,6 +209,14 @@ def extreme_heads(normalization, mu_hat, sigma_hat, omega_hat):
     return heads
 
 
+def trainable_inputs(batch_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random query (batch, 2 heads, 3 queries, d), key and value (batch, 2 heads, 6 keys, d) that need gradients."""
+    query = torch.randn(batch_size, 2, 3, HEAD_DIM, requires_grad=True)
+    key = torch.randn(batch_size, 2, 6, HEAD_DIM, requires_grad=True)
+    value = torch.randn(batch_size, 2, 6, HEAD_DIM, requires_grad=True)
+    return query, key, value
+
+
 @pytest.mark.parametrize("normalization", ["approximate", "strict", "none"])
 def test_no_nan_or_inf_for_any_length_and_extreme_parameters(normalization):
     for source_length in range(1, 7):
@@ -216,9 +224,7 @@ def test_no_nan_or_inf_for_any_length_and_extreme_parameters(normalization):
             for sigma_hat in EXTREMES:
                 for omega_hat in (-1e4, 1e4):
                     heads = extreme_heads(normalization, mu_hat, sigma_hat, omega_hat)
-                    query = torch.randn(2, 2, 3, HEAD_DIM, requires_grad=True)
-                    key = torch.randn(2, 2, 6, HEAD_DIM, requires_grad=True)
-                    value = torch.randn(2, 2, 6, HEAD_DIM, requires_grad=True)
+                    query, key, value = trainable_inputs(batch_size=2)
                     padding = torch.arange(6)[None, :] < torch.tensor([[6], [source_length]])
                     output, weights = heads(query, key, value, context_for(padding, 3), output_attentions=True)
                     assert torch.isfinite(output).all() and torch.isfinite(weights).all()
@@ -472,9 +478,7 @@ def test_fast_path_no_nan_or_inf_for_extreme_parameters(normalization):
         for sigma_hat in EXTREMES:
             for omega_hat in (-1e4, 1e4):
                 heads = extreme_heads(normalization, mu_hat, sigma_hat, omega_hat)
-                query = torch.randn(3, 2, 3, HEAD_DIM, requires_grad=True)
-                key = torch.randn(3, 2, 6, HEAD_DIM, requires_grad=True)
-                value = torch.randn(3, 2, 6, HEAD_DIM, requires_grad=True)
+                query, key, value = trainable_inputs(batch_size=3)
                 padding = torch.arange(6)[None, :] < torch.tensor([[6], [1], [0]])
                 output, _ = heads(query, key, value, context_for(padding, 3))
                 assert torch.isfinite(output).all()

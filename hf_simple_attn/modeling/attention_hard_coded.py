@@ -35,7 +35,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_ops import TensorMemo, apply_table, is_compiling, is_exporting, python_constant, zero_padding
+from .attention_ops import TensorMemo, apply_table, is_exporting, python_constant, zero_padding
 from .attention_registry import (
     MAX_DISTANCE,
     AttentionContext,
@@ -100,9 +100,7 @@ def memoised(key: tuple, build) -> torch.Tensor:
     """`build()` once per key (everything the table depends on, as Python values), kept in `_table_memo` within
     `TABLE_MEMO_BYTES`; built every time while compiling or exporting (in the graph, where it costs a few fused
     elementwise kernels)."""
-    if is_compiling():
-        return build()
-    return _table_memo.get_or_build(key, build, TABLE_MEMO_BYTES)
+    return _table_memo.kept(key, build, TABLE_MEMO_BYTES)
 
 
 def depthwise_convolution(value: torch.Tensor, channel_kernel: torch.Tensor, first_distance: int) -> torch.Tensor:

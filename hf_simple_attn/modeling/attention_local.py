@@ -48,7 +48,6 @@ from .attention_ops import (
     TensorMemo,
     additive_mask,
     attention_dropout,
-    is_compiling,
     is_exporting,
     python_constant,
     scaled_scores,
@@ -377,8 +376,6 @@ class LocalMaskHeads(AttentionHeads):
         def build():
             return fused_pattern(masks, renormalize, positions, key_length, dtype)
 
-        if is_compiling():
-            return build()
         memo_key = (
             tuple(masks),
             renormalize,
@@ -389,7 +386,7 @@ class LocalMaskHeads(AttentionHeads):
             str(context.device),
             dtype,
         )
-        return _pattern_memo.get_or_build(memo_key, build, PATTERN_MEMO_BYTES)
+        return _pattern_memo.kept(memo_key, build, PATTERN_MEMO_BYTES)
 
     def banded(self, query, key, value, context: AttentionContext) -> torch.Tensor:
         """Renormalised weights over each head's band only (the fast path): (batch, heads, q_len, d)."""

@@ -39,10 +39,10 @@ def kept_attention_bias(context: AttentionContext, key_length: int, dtype: torch
     """`context.attention_bias` (batch or 1, 1, q_len, k_len), kept across forwards when it depends on positions only
     (no attention mask: the causal mask, or none), as `python_constant` keeps a constant; made in the graph while
     compiling, and per forward with padding."""
-    if context.key_padding_mask is not None or is_compiling():
+    if context.key_padding_mask is not None:
         return context.attention_bias(key_length, dtype)
     key = (context.query_start, context.query_length, key_length, context.is_causal, dtype, str(context.device))
-    return _biases.get_or_build(key, lambda: context.attention_bias(key_length, dtype), BIASES_BYTES)
+    return _biases.kept(key, lambda: context.attention_bias(key_length, dtype), BIASES_BYTES)
 
 
 def is_exporting() -> bool:
@@ -60,10 +60,8 @@ def python_constant(values: list, device: torch.device, dtype: torch.dtype | Non
     """A tensor of Python values (a family's fixed head-to-set index, its kernel taps) on `device`, made once and
     kept: made in each forward, it would be a host-to-device copy that makes a GPU's host wait for the device.
     Made in the graph while compiling (a constant there)."""
-    if is_compiling():
-        return torch.tensor(values, device=device, dtype=dtype)
     key = (repr(values), str(device), dtype)
-    return _constants.get_or_build(key, lambda: torch.tensor(values, device=device, dtype=dtype), CONSTANTS_BYTES)
+    return _constants.kept(key, lambda: torch.tensor(values, device=device, dtype=dtype), CONSTANTS_BYTES)
 
 
 def zero_padding(value: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
@@ -100,6 +98,12 @@ class TensorMemo(OrderedDict):
     Keys hold everything a tensor depends on; `get_or_build` adds whether inference mode is on,
     since a tensor made in inference mode cannot be saved for backward outside it.
     """
+
+    def kept(self, key: tuple, build: Callable[[], torch.Tensor], max_bytes: int) -> torch.Tensor:
+        """`get_or_build`, except while compiling (see `is_compiling`): then `build()` runs in the graph."""
+        if is_compiling():
+            return build()
+        return self.get_or_build(key, build, max_bytes)
 
     def get_or_build(self, key: tuple, build: Callable[[], torch.Tensor], max_bytes: int) -> torch.Tensor:
         """The tensor for `key`, from `build()` the first time; then drops the least recently used

@@ -157,10 +157,8 @@ def runs_fused(value: torch.Tensor, width: int, dropout: float) -> bool:
 def identity_keys(key_length: int, width: int, value: torch.Tensor) -> torch.Tensor:
     """Rows 0 .. k_len - 1 of the width × width identity, (k_len, width) in the values' dtype and device, kept across
     forwards (made in the graph while compiling)."""
-    if is_compiling():
-        return torch.eye(key_length, width, dtype=value.dtype, device=value.device)
     key = (key_length, width, value.dtype, str(value.device))
-    return _identity_keys.get_or_build(
+    return _identity_keys.kept(
         key, lambda: torch.eye(key_length, width, dtype=value.dtype, device=value.device), IDENTITY_KEYS_BYTES
     )
 
