@@ -70,6 +70,68 @@ def make_model(preset: str | None = None, layout: dict | None = None, **override
     return SimpleAttnMarianMTModel(config).eval()
 
 
+# --- the tolerance policy (docs/contributing.md, "Comparing floating-point results") --------------------------------
+# Two formulations of the same maths (a fast path and its reference, the rows of a chain and the whole chain, an export
+# and eager, cached and uncached decoding) run the same operations in another order, and the order is the CPU's: torch
+# picks AVX-512, AVX2 or scalar kernels at run time (`ATEN_CPU_CAPABILITY`), oneDNN and SDPA fuse differently. So such
+# tests compare in float64 where the code allows, and their tolerance is never a constant tuned on one machine: it is
+# `rounding_tolerance`, from the dtype's epsilon and the size of the reductions involved.
+
+# The reductions one transformer layer chains (query/key/value projections, scores, softmax, weighted sum, output
+# projection, two feed-forward products, two layer norms), for `depth` in `rounding_tolerance`.
+REDUCTIONS_PER_LAYER = 10
+
+
+def rounding_tolerance(dtype: torch.dtype, reduction: int, depth: int = 1) -> float:
+    """The relative distance two orders of the same floating-point operations may put between their results: `depth`
+    chained reductions (sums, dot products, softmaxes, norms) of at most `reduction` terms each, in `dtype`. Each one's
+    error is at most n·u relative to the sum of its terms' magnitudes (recursive summation, u = eps/2; Higham 2002, §3.1,
+    §4.2), whatever order a kernel sums in; errors of a chain add up. Twice that bound: the two results being compared
+    each carry their own."""
+    return depth * reduction * torch.finfo(dtype).eps
+
+
+def assert_same_maths(
+    actual, expected, *, reduction: int, depth: int = 1, dtype: torch.dtype | None = None, msg: str | None = None
+) -> None:
+    """`actual` equals `expected` up to the rounding of `rounding_tolerance(dtype, reduction, depth)`, relative to each
+    value and, for values near zero (cancellations), to the largest finite magnitude of `expected` (at least 1);
+    infinities must match exactly. `dtype`: the precision the two were computed in, `expected`'s dtype by default
+    (bfloat16 for a comparison under autocast)."""
+    expected = torch.as_tensor(expected)
+    tolerance = rounding_tolerance(dtype or expected.dtype, reduction, depth)
+    finite = expected.detach()[torch.isfinite(expected.detach())] if expected.is_floating_point() else expected
+    scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+    torch.testing.assert_close(actual, expected, rtol=tolerance, atol=tolerance * scale, msg=msg)
+
+
+def model_reductions(config) -> dict[str, int]:
+    """`reduction` and `depth` of `assert_same_maths` for a whole model's outputs (a Marian-style or BERT-style config):
+    its longest sum (features, feed-forward units or positions) and the reductions of every layer, plus the output
+    projection."""
+    widths = (config.hidden_size, getattr(config, "intermediate_size", 0))
+    widths += (getattr(config, "encoder_ffn_dim", 0), getattr(config, "decoder_ffn_dim", 0))
+    layers = getattr(config, "encoder_layers", 0) + getattr(config, "decoder_layers", 0) or config.num_hidden_layers
+    return dict(reduction=max(*widths, config.max_position_embeddings), depth=REDUCTIONS_PER_LAYER * layers + 1)
+
+
+def assert_hand_computed(actual, expected, *, decimals: int, reduction: int = 1, depth: int = 1) -> None:
+    """`actual` equals numbers worked out by hand and written to `decimals` places: half a unit of the last place
+    written, plus the rounding of computing them (`rounding_tolerance` in `actual`'s dtype)."""
+    actual = torch.as_tensor(actual)
+    expected = torch.as_tensor(expected, dtype=actual.dtype)
+    tolerance = 0.5 * 10.0**-decimals + rounding_tolerance(actual.dtype, reduction, depth) * max(
+        1.0, expected.abs().max().item()
+    )
+    torch.testing.assert_close(actual, expected, rtol=0, atol=tolerance)
+
+
+def sampling_tolerance(spread: float, draws: int) -> float:
+    """How far the mean of `draws` independent draws of standard deviation at most `spread` may fall from its
+    expectation: six standard errors (a false failure about once in five hundred million runs, for a normal mean)."""
+    return 6 * spread / draws**0.5
+
+
 def cached_steps(model, source, source_mask, target) -> tuple[torch.Tensor, object]:
     """The logits of decoding `target` one token a step with the cache, (batch, target_len, vocab), and the cache."""
     encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
