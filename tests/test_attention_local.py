@@ -17,6 +17,11 @@ from hf_simple_attn.modeling.attention_registry import AttentionContext
 from hf_simple_attn.modeling.modeling_simple_attn_marian import SimpleAttnMarianEncoder
 from hf_simple_attn.modeling.presets import get_preset
 
+from conftest import assert_same_maths, model_reductions
+
+
+pytestmark = pytest.mark.numerics
+
 
 # The paper's encoder configurations b-l (Figure 4, Tables 1-3) in the preset catalogue.
 PAPER_LOCAL_PRESETS = [
@@ -106,9 +111,10 @@ def test_mask_weights_and_outputs_by_hand(renormalize, expected, band_row0_outpu
     heads = local_heads(num_heads=6, masks=MASKS, query_key_sets=1, renormalize=renormalize)
     value = VALUE.expand(1, 6, 3, 1)
     output, weights = heads(QUERY, KEY, value, context(3), output_attentions=True)
-    torch.testing.assert_close(weights[0], expected)
-    torch.testing.assert_close(output[0, :, :, 0], expected @ VALUE[0, 0, :, 0])
-    assert output[0, 0, 0, 0].item() == pytest.approx(band_row0_output)
+    # the rounding of a softmax over 3 keys (and of renormalising it), then of weights·values
+    assert_same_maths(weights[0], expected, reduction=3, depth=2)
+    assert_same_maths(output[0, :, :, 0], expected @ VALUE[0, 0, :, 0], reduction=3, depth=3)
+    assert_same_maths(output[0, 0, 0, 0], band_row0_output, reduction=3, depth=3)
     assert output[0, 1, 0, 0].item() == 0.0  # prev-1, row 0: nothing to attend
 
 
@@ -119,17 +125,17 @@ def test_decoder_masks_combine_with_causality():
     _, weights = heads(QUERY, KEY, VALUE.expand(1, 4, 3, 1), context(3, is_causal=True), output_attentions=True)
     # Causal softmax rows: (1), (1, 2)/3, (1, 2, 3)/6; next-1 heads see nothing.
     causal = torch.tensor([[1, 0, 0], [1 / 3, 2 / 3, 0], [1 / 6, 2 / 6, 3 / 6]])
-    torch.testing.assert_close(weights[0, 0], torch.zeros(3, 3))
-    torch.testing.assert_close(weights[0, 1], causal * torch.tensor([[1, 0, 0], [1, 1, 0], [0, 1, 1]]))
-    torch.testing.assert_close(weights[0, 2], causal * torch.tensor([[0, 0, 0], [1, 0, 0], [0, 1, 0]]))
-    torch.testing.assert_close(weights[0, 3], causal)
+    assert_same_maths(weights[0, 0], torch.zeros(3, 3), reduction=3)  # the rounding of a softmax over 3 keys
+    assert_same_maths(weights[0, 1], causal * torch.tensor([[1, 0, 0], [1, 1, 0], [0, 1, 1]]), reduction=3)
+    assert_same_maths(weights[0, 2], causal * torch.tensor([[0, 0, 0], [1, 0, 0], [0, 1, 0]]), reduction=3)
+    assert_same_maths(weights[0, 3], causal, reduction=3)
 
 
 def test_cached_queries_use_their_absolute_positions():
     heads = local_heads(site="decoder_self", num_heads=2, masks=["prev-1", "identity"], query_key_sets=1)
     step = AttentionContext(key_padding_mask=None, query_start=2, query_length=1, is_causal=True)
     _, weights = heads(QUERY[:, :, :1], KEY, VALUE.expand(1, 2, 3, 1), step, output_attentions=True)
-    torch.testing.assert_close(weights[0, :, 0], torch.tensor([[0, 2 / 6, 0], [0, 0, 3 / 6]]))
+    assert_same_maths(weights[0, :, 0], torch.tensor([[0, 2 / 6, 0], [0, 0, 3 / 6]]), reduction=3)
 
 
 def test_renormalized_rows_without_keys_are_zero_and_differentiable():
@@ -137,7 +143,8 @@ def test_renormalized_rows_without_keys_are_zero_and_differentiable():
     heads = local_heads(num_heads=1, masks="prev-1", renormalize=True)
     padding = torch.tensor([[True, False, True]])  # key 1 is padding: row 2 has no allowed key left
     output, weights = heads(query, KEY, VALUE, context(3, key_padding_mask=padding), output_attentions=True)
-    torch.testing.assert_close(weights[0, 0], torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 0, 0]]))
+    # the rounding of a softmax over 3 keys, then of renormalising it
+    assert_same_maths(weights[0, 0], torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 0, 0]]), reduction=3, depth=2)
     output.sum().backward()
     assert torch.isfinite(query.grad).all()
 
@@ -145,13 +152,15 @@ def test_renormalized_rows_without_keys_are_zero_and_differentiable():
 def test_heads_of_one_query_key_set_share_the_softmax():
     torch.manual_seed(0)
     heads = local_heads(num_heads=4, masks=["global", "band-1"], query_key_sets=2, head_dim=4)
-    query, key, value = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 4, 5, 4)
+    # In float64: only rounding separates the module's weights from the softmax written out.
+    query, key = (torch.randn(2, 2, 5, 4, dtype=torch.float64) for _ in range(2))
+    value = torch.randn(2, 4, 5, 4, dtype=torch.float64)
     _, weights = heads(query, key, value, context(5), output_attentions=True)
     band = (torch.arange(5)[None, :] - torch.arange(5)[:, None]).abs() <= 1
     for slot in range(2):
         shared = torch.softmax(query[:, slot] @ key[:, slot].transpose(-1, -2) / 2.0, dim=-1)
-        torch.testing.assert_close(weights[:, 2 * slot], shared)
-        torch.testing.assert_close(weights[:, 2 * slot + 1], shared * band)
+        assert_same_maths(weights[:, 2 * slot], shared, reduction=5, depth=2)  # scores (4 terms), softmax (5 keys)
+        assert_same_maths(weights[:, 2 * slot + 1], shared * band, reduction=5, depth=2)
 
 
 # The fast path (`fused`): one SDPA call over the keys twice, its mask pattern kept across forwards.
@@ -195,7 +204,9 @@ def test_fused_path_equals_reference_with_gradients(renormalize, site, num_heads
             fast = outputs_and_gradients(heads, True, step_query, key, value, step)
             reference = outputs_and_gradients(heads, False, step_query, key, value, step)
             for fast_tensor, reference_tensor in zip(fast, reference):
-                torch.testing.assert_close(fast_tensor, reference_tensor)
+                # the fused path sums over the keys twice (2 · length terms); its output and gradients chain at
+                # most 8 reductions (scores, softmax, renormalisation, weights·values and their backward)
+                assert_same_maths(fast_tensor, reference_tensor, reduction=2 * length, depth=8)
             if key_padding_mask is not None:
                 assert torch.equal(fast[0][2], torch.zeros_like(fast[0][2]))  # as the reference: zero, not NaN
 
@@ -360,11 +371,12 @@ def test_uneven_head_counts_give_near_equal_contiguous_sets():
     # 5 heads in pairs: sets (0, 1), (2, 3), (4); every head of a set shares its softmax.
     heads = local_heads(num_heads=5, masks=["global"], heads_per_query_key_set=2, head_dim=2)
     assert heads.spec["query_key_sets"] == 3 and heads.heads_per_set == [2, 2, 1]
-    query, key = torch.randn(1, 3, 4, 2), torch.randn(1, 3, 4, 2)
+    # In float64: only rounding separates the module's weights from the softmax written out.
+    query, key = (torch.randn(1, 3, 4, 2, dtype=torch.float64) for _ in range(2))
     context = AttentionContext(None, 0, 4, False)
-    _, weights = heads(query, key, torch.randn(1, 5, 4, 2), context, output_attentions=True)
+    _, weights = heads(query, key, torch.randn(1, 5, 4, 2, dtype=torch.float64), context, output_attentions=True)
     expected = torch.softmax(query @ key.transpose(-1, -2) / 2**0.5, dim=-1)
-    torch.testing.assert_close(weights, expected[:, [0, 0, 1, 1, 2]])
+    assert_same_maths(weights, expected[:, [0, 0, 1, 1, 2]], reduction=4, depth=2)  # scores, softmax over 4 keys
     assert local_heads(num_heads=5, query_key_sets=2).heads_per_set == [3, 2]
     assert local_heads(num_heads=1, query_key_sets=2).heads_per_set == [1]
 
@@ -435,13 +447,15 @@ def test_all_global_local_heads_equal_dot_attention(tiny_marian_kwargs):
         seed=1,
     )
     local.load_state_dict(dot.state_dict())
+    dot.double()  # in float64: only rounding separates the two
+    local.double()
     expected = dot(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
     actual = local(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
-    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    assert_same_maths(actual, expected, **model_reductions(local.config))
 
 
 def test_mixed_layer_slices_query_key_sets(tiny_marian_kwargs):
-    model = build_model(tiny_marian_kwargs, MIXED_LAYOUT)
+    model = build_model(tiny_marian_kwargs, MIXED_LAYOUT).double()  # in float64: only rounding may differ
     attention = model.model.encoder.layers[0].self_attn
     assert attention.q_proj.weight.shape == (2 * 8, 32)  # 1 dot head + 1 shared set for 3 local heads
     assert model.model.decoder.layers[0].self_attn.k_proj.weight.shape == (2 * 8, 32)
@@ -453,18 +467,21 @@ def test_mixed_layer_slices_query_key_sets(tiny_marian_kwargs):
     assert (encoder_weights[:, 3][:, offsets != 2] == 0).all()
     assert (encoder_weights[1, :, :, 4:] == 0).all()  # padding
     # Heads 1-3 share one softmax: where two masks overlap, they hold the same weight.
-    torch.testing.assert_close(encoder_weights[:, 1][:, offsets == -1], encoder_weights[:, 2][:, offsets == -1])
+    # (layer 0: projections of 32 features, scores, softmax)
+    assert_same_maths(
+        encoder_weights[:, 1][:, offsets == -1], encoder_weights[:, 2][:, offsets == -1], reduction=32, depth=3
+    )
 
 
 def test_causality_padding_and_cache(tiny_marian_kwargs):
-    model = build_model(tiny_marian_kwargs, MIXED_LAYOUT)
+    model = build_model(tiny_marian_kwargs, MIXED_LAYOUT).double()  # in float64: only rounding may differ
     logits = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
     changed = TARGET.clone()
     changed[:, 3:] = 20
     later = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=changed).logits
-    torch.testing.assert_close(later[:, :3], logits[:, :3])
+    assert_same_maths(later[:, :3], logits[:, :3], **model_reductions(model.config))
     alone = model(input_ids=SOURCE[1:, :4], decoder_input_ids=TARGET[1:]).logits
-    torch.testing.assert_close(logits[1:], alone, atol=1e-5, rtol=1e-5)
+    assert_same_maths(logits[1:], alone, **model_reductions(model.config))
     for num_beams in (1, 3):
         kwargs = dict(
             input_ids=SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=8, num_beams=num_beams, do_sample=False
@@ -509,7 +526,7 @@ def test_tied_query_key_counted_once_trained_together_and_saved_tied(
     reloaded = SimpleAttnMarianMTModel.from_pretrained(tmp_path).eval()
     reloaded_layers = reloaded.model.encoder.layers
     assert reloaded_layers[0].self_attn.q_proj.weight is reloaded_layers[1].self_attn.q_proj.weight
-    torch.testing.assert_close(reloaded_layers[1].self_attn.k_proj.weight, layers[1].self_attn.k_proj.weight)
+    assert torch.equal(reloaded_layers[1].self_attn.k_proj.weight, layers[1].self_attn.k_proj.weight)
     expected = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
     actual = reloaded(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
     assert torch.equal(actual, expected)

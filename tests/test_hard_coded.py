@@ -7,6 +7,11 @@ from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention_hard_coded import HardCodedGaussianHeads
 from hf_simple_attn.modeling.attention_registry import AttentionContext
 
+from conftest import assert_hand_computed
+
+
+pytestmark = pytest.mark.numerics
+
 
 # N(d; 0, 1) = exp(-d²/2)/√(2π): d=0 → 1/2.506628 = 0.398942, d=1 → 0.606531·0.398942 = 0.241971,
 # d=2 → 0.135335·0.398942 = 0.053991, d=3 → 0.011109·0.398942 = 0.004432.
@@ -32,29 +37,29 @@ def config(tiny_marian_kwargs):
 def test_self_attention_weights_are_the_papers_gaussians(config):
     w = weights(heads("encoder_self", config, offsets=[0, -1]), 5, 5)[0]
     # head 0 centred on i: row 2 = N(j; 2, 1) for j = 0..4
-    torch.testing.assert_close(w[0, 2], torch.tensor([N2, N1, N0, N1, N2]), atol=1e-6, rtol=0)
+    assert_hand_computed(w[0, 2], [N2, N1, N0, N1, N2], decimals=6)
     # head 1 centred on i - 1: row 2 = N(j; 1, 1)
-    torch.testing.assert_close(w[1, 2], torch.tensor([N1, N0, N1, N2, N3]), atol=1e-6, rtol=0)
+    assert_hand_computed(w[1, 2], [N1, N0, N1, N2, N3], decimals=6)
 
 
 def test_rows_are_cut_at_the_borders_not_renormalised(config):
     w = weights(heads("encoder_self", config, offsets=[0, 1]), 3, 3)[0]
-    torch.testing.assert_close(w[0, 0], torch.tensor([N0, N1, N2]), atol=1e-6, rtol=0)
-    assert w[0, 0].sum() == pytest.approx(N0 + N1 + N2, abs=1e-6)  # 0.694904 < 1: not renormalised
+    assert_hand_computed(w[0, 0], [N0, N1, N2], decimals=6)
+    assert_hand_computed(w[0, 0].sum(), 0.694904, decimals=6, reduction=3)  # N0 + N1 + N2 < 1: not renormalised
     # head 1 at i = 2 is centred on position 3, outside a 3-token sentence
-    torch.testing.assert_close(w[1, 2], torch.tensor([N3, N2, N1]), atol=1e-6, rtol=0)
+    assert_hand_computed(w[1, 2], [N3, N2, N1], decimals=6)
 
 
 def test_padding_cuts_weights_without_renormalising(config):
     mask = torch.tensor([[True, True, True, False, False]])
     w = weights(heads("encoder_self", config, offsets=[0]), 5, 5, key_padding_mask=mask)[0]
-    torch.testing.assert_close(w[0, 2], torch.tensor([N2, N1, N0, 0.0, 0.0]), atol=1e-6, rtol=0)
+    assert_hand_computed(w[0, 2], [N2, N1, N0, 0.0, 0.0], decimals=6)
 
 
 def test_causal_mask_cuts_future_positions(config):
     w = weights(heads("decoder_self", config, offsets=[0, -1]), 4, 4, is_causal=True)[0]
-    torch.testing.assert_close(w[0, 1], torch.tensor([N1, N0, 0.0, 0.0]), atol=1e-6, rtol=0)
-    torch.testing.assert_close(w[1, 3], torch.tensor([N2, N1, N0, N1]), atol=1e-6, rtol=0)
+    assert_hand_computed(w[0, 1], [N1, N0, 0.0, 0.0], decimals=6)
+    assert_hand_computed(w[1, 3], [N2, N1, N0, N1], decimals=6)
 
 
 def test_cross_attention_centre_follows_the_length_ratio(config):
@@ -62,15 +67,15 @@ def test_cross_attention_centre_follows_the_length_ratio(config):
     w = weights(heads("cross", config, offsets=[0]), 3, 6)[0, 0]
     # floor(1.5·i) for i = 0, 1, 2 → 0, 1, 3
     assert w.argmax(-1).tolist() == [0, 1, 3]
-    torch.testing.assert_close(w[2], torch.tensor([N3, N2, N1, N0, N1, N2]), atol=1e-6, rtol=0)
+    assert_hand_computed(w[2], [N3, N2, N1, N0, N1, N2], decimals=6)
     continuous = weights(heads("cross", config, offsets=[0], centre="continuous"), 3, 6)[0, 0]
     # i = 1 → centre 1.5: positions 1 and 2 are 0.5 away, N(0.5) = 0.882497·0.398942 = 0.352065
-    torch.testing.assert_close(continuous[1, 1:3], torch.tensor([0.352065, 0.352065]), atol=1e-6, rtol=0)
+    assert_hand_computed(continuous[1, 1:3], [0.352065, 0.352065], decimals=6)
 
 
 def test_window_gives_the_papers_conv_kernel(config):
     w = weights(heads("encoder_self", config, offsets=[0], window=3), 5, 5)[0, 0]
-    torch.testing.assert_close(w[2], torch.tensor([0.0, N1, N0, N1, 0.0]), atol=1e-6, rtol=0)
+    assert_hand_computed(w[2], [0.0, N1, N0, N1, 0.0], decimals=6)
     assert [round(x, 3) for x in w[2, 1:4].tolist()] == [0.242, 0.399, 0.242]
 
 
@@ -107,8 +112,8 @@ def test_model_attention_outputs_are_the_weights_used(tiny_marian_kwargs):
         output_attentions=True,
     )
     encoder_weights = out.encoder_attentions[0][0]  # (heads, 5, 5), offsets -1, +1 cycled
-    torch.testing.assert_close(encoder_weights[0, 2], torch.tensor([N1, N0, N1, N2, 0.0]), atol=1e-6, rtol=0)
-    torch.testing.assert_close(encoder_weights[1, 2], torch.tensor([N3, N2, N1, N0, 0.0]), atol=1e-6, rtol=0)
+    assert_hand_computed(encoder_weights[0, 2], [N1, N0, N1, N2, 0.0], decimals=6)
+    assert_hand_computed(encoder_weights[1, 2], [N3, N2, N1, N0, 0.0], decimals=6)
     decoder_weights = out.decoder_attentions[0][0]
-    torch.testing.assert_close(decoder_weights[1, 1], torch.tensor([N1, N0, 0.0]), atol=1e-6, rtol=0)
+    assert_hand_computed(decoder_weights[1, 1], [N1, N0, 0.0], decimals=6)
     assert out.cross_attentions[0].shape == (1, 4, 3, 5)
