@@ -1,5 +1,9 @@
 """transformers' own common model tests (`ModelTesterMixin` of its `tests/test_modeling_common.py`) on our models:
-`base` and one preset of each attention family, for the seq2seq model and for the BERT-style encoder.
+`base` and a covering set of layouts, for the seq2seq model and for the BERT-style encoder. The covering set has
+every structural feature of a layout that some preset has (`layout_features`: each family at each site, absent
+sublayers and feed-forward blocks, ties, query/key projections shared, without keys or absent, head groups, the
+options that change what a family builds); `test_covering_set_has_every_preset_feature` fails when a preset gains one
+that it lacks.
 
 transformers does not ship its tests in the wheel; the sdist of the installed version holds the top-level
 `tests/*.py` (not `tests/utils/`, which its `ConfigTester` needs, so the config tests are not run).
@@ -10,7 +14,7 @@ transformers' tests is copied here: the model testers below follow its `MarianMo
 The sdist lacks `tests/generation/` and `tests/exporters/`: `GenerationTesterMixin` and `ExportTesterMixin` are
 empty stand-ins, so transformers' generation and export tests are not run (`test_user_caches.py` runs greedy and
 beam search with every kind of cache, `test_export.py` our export). The tests skipped on purpose are listed in
-`NEEDS_LEARNED_HEADS` and `NOT_RUNNABLE`, each with its reason.
+`NEEDS_LEARNED_HEADS`, `NOT_RUNNABLE` and `skipped_tests`, each with its reason.
 """
 
 import importlib
@@ -33,7 +37,10 @@ from hf_simple_attn import (
     SimpleAttnMarianConfig,
     SimpleAttnMarianModel,
     SimpleAttnMarianMTModel,
+    list_presets,
 )
+from hf_simple_attn.modeling.attention_registry import SITES, get_attention_family
+from hf_simple_attn.modeling.layout import query_key_slots, query_slots
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,24 +107,26 @@ for _mapping, _names in OUR_AUTO_NAMES.items():
     setattr(modeling_common, _mapping, {**getattr(modeling_common, _mapping), **_names})
 
 
-# Tests that assume every head's attention weights are differentiable functions of its input (learned query/key
-# projections), which the weights of hard-coded, recurrent, random-synthesizer and hard-retrieval heads are not:
-# {family: {test: reason}}.
-RETURNED_MAPS_HAVE_NO_GRADIENT = {
-    "test_retain_grad_hidden_states_attentions": (
+# Tests that read the attention map of the first layer of every site: `test_attention_outputs` its shape, which an
+# absent sublayer does not return, and `test_retain_grad_hidden_states_attentions` its gradient, which does not reach
+# the maps of several head groups (joined apart from their outputs) nor those of heads whose weights are no
+# differentiable function of their input.
+FIRST_LAYER_MAPS = {
+    "absent": "the first layer has no {site} sublayer, so it returns no attention map there",
+    "groups": (
+        "the first {site} layer has several head groups, whose maps are joined apart from their outputs, so no "
+        "gradient reaches the joined map"
+    ),
+    "fixed": (
         "{family} heads have no input-dependent, differentiable attention weights: {why}, so no gradient reaches the "
         "attention maps they return"
-    )
+    ),
 }
 WHY = {
     "hard_coded": "their Gaussian weights are fixed",
     "recurrent": "their weights are learned position tables, the same for every input",
     "random_synthesizer": "their weights are learned position tables, the same for every input",
     "hard_retrieval": "each query attends to the argmax key, a one-hot choice",
-}
-NEEDS_LEARNED_HEADS: dict[str, dict[str, str]] = {
-    family: {test: reason.format(family=family, why=why) for test, reason in RETURNED_MAPS_HAVE_NO_GRADIENT.items()}
-    for family, why in WHY.items()
 }
 
 # Tests of transformers' common suite that cannot run here, for every model: {test: reason}.
@@ -135,21 +144,122 @@ ONLY_DOT_HEADS_READ_IT = (
 )
 
 
-def skipped_tests(family: str) -> dict[str, str]:
-    return {**NOT_RUNNABLE, **NEEDS_LEARNED_HEADS.get(family, {})}
+def skipped_tests(attention_layout: dict) -> dict[str, str]:
+    """{test: reason} of transformers' tests that do not apply to a model of this (expanded) attention layout."""
+    skipped = dict(NOT_RUNNABLE)
+    for site in SITES:
+        if site not in attention_layout:
+            continue
+        first_layer = attention_layout[site][0]
+        if first_layer is None:
+            reason = FIRST_LAYER_MAPS["absent"].format(site=site)
+            skipped.setdefault("test_attention_outputs", reason)
+        elif len(first_layer["groups"]) > 1:
+            reason = FIRST_LAYER_MAPS["groups"].format(site=site)
+        elif first_layer["groups"][0]["kind"] in WHY:
+            family = first_layer["groups"][0]["kind"]
+            reason = FIRST_LAYER_MAPS["fixed"].format(family=family, why=WHY[family])
+        else:
+            continue
+        skipped.setdefault("test_retain_grad_hidden_states_attentions", reason)
+    return skipped
 
 
-def with_skips(test_class: type) -> type:
-    """Replace each test of `skipped_tests(test_class.family)` by a skip that gives its reason."""
-    for name, reason in skipped_tests(test_class.family).items():
+def with_skips(test_class: type, attention_layout: dict) -> type:
+    """Replace each test of `skipped_tests(attention_layout)` by a skip that gives its reason."""
+    for name, reason in skipped_tests(attention_layout).items():
         assert hasattr(test_class, name), f"{name} is not a test of transformers' common suite any more"
         setattr(test_class, name, unittest.skip(reason)(lambda self: None))
     return test_class
 
 
+def group_features(group: dict, site: str) -> set[str]:
+    """The structural features of one head group: its family at its site, and the options that change what the
+    family builds (modules, parameters or buffers) or how far its heads reach (a window: the decoder's cache keeps
+    only what they read)."""
+    kind = group["kind"]
+    features = {f"{kind} at {site}"}
+    if kind == "recurrent":
+        features.add("recurrent: fixed initial logits (a buffer)" if group["freeze_initial"] else "recurrent: learned")
+        if group["transition"] == "ffn":
+            features.add("recurrent: feed-forward transition")
+        elif not group["layer_norm_residual"]:
+            features.add("recurrent: transition without LayerNorm")
+    elif kind == "gaussian_mixture":
+        features.add(f"gaussian_mixture: fusion {group['fusion']}")  # `gate` builds a net, `gmm_only` no keys
+    elif kind == "hard_coded" and (group["window"] is not None or group["indexing"]):
+        features.add("hard_coded: window")  # indexing is a window of one
+    elif kind == "local" and any(mask.startswith("band-") for mask in group["masks"]):
+        features.add("local: band mask")
+    return features
+
+
+def layout_features(layout: dict) -> set[str]:
+    """The structural features of a resolved (expanded) `attention_layout`: what a model of it builds and how its
+    sublayers are wired, beyond the sizes."""
+    features = set()
+    for site in SITES:
+        layers = layout.get(site, [])
+        if None in layers:
+            features.add(f"absent sublayer at {site}")
+        present = [spec for spec in layers if spec is not None]
+        if len({tuple(group["kind"] for group in spec["groups"]) for spec in present}) > 1:
+            features.add("families mixed across the layers of a site")
+        for spec in present:
+            if len(spec["groups"]) > 1:
+                features.add("head groups in a layer")
+            if spec["share_query_key_with"] is not None:
+                features.add("query/key projections tied across layers")
+            queries, keys = query_slots(spec), query_key_slots(spec)
+            if queries == 0:
+                features.add("value-only sublayer (no query or key projection)")
+            if keys < queries:
+                features.add("queries without keys (no key projection for them)")
+            for group in spec["groups"]:
+                slots = get_attention_family(group["kind"]).num_query_key_slots(group)
+                if 0 < slots < group["num_heads"]:
+                    features.add("query/key projections shared by several heads")
+                if slots == 0 and queries > 0:
+                    features.add("value-only heads beside query/key heads")
+                features |= group_features(group, site)
+    for stack in ("encoder", "decoder"):
+        if not all(layout.get(f"{stack}_ffn", [True])):
+            features.add(f"no feed-forward block in some {stack} layer")
+    return features
+
+
+def position_tables_sized(layout: dict, size: int) -> dict:
+    """The expanded `layout` with every learned position table (`max_positions`) of `size` positions."""
+    resized = {}
+    for site, layers in layout.items():
+        if site not in SITES:
+            resized[site] = layers
+            continue
+        resized[site] = [
+            None
+            if spec is None
+            else {
+                **spec,
+                "groups": [
+                    {**group, "max_positions": size} if "max_positions" in group else group for group in spec["groups"]
+                ],
+            }
+            for spec in layers
+        ]
+    return resized
+
+
 class TinyModelTester:
     """The sizes and inputs transformers' model testers share (`MarianModelTester`, `BertModelTester`), for a tiny
-    model of one preset (with `layout` replacing its attention layout where given)."""
+    model of one preset (with `layout` replacing its attention layout site by site where given).
+
+    Learned position tables (recurrent and random-synthesizer heads) get `max_position_embeddings` positions, as
+    transformers' testers size every position table to their tiny models. The models keep their own sizing: a table
+    covers the longest sentence its heads read, `max_positions` in the layout, 256 by default (the RAN paper's
+    longest training sentence and its code's tables, SPEC.md), not `max_position_embeddings` (Marian's 512 would
+    make the tables four times larger). At 256 the tiny models have over 1M parameters, more than
+    `test_model_is_small` allows.
+    """
 
     batch_size = 3
     seq_length = encoder_seq_length = decoder_seq_length = 7
@@ -167,6 +277,11 @@ class TinyModelTester:
         self.preset = preset
         self.layout = layout
 
+    def get_config(self):
+        config = self.config_of_layout(self.layout)
+        resized = position_tables_sized(config.attention_layout, self.max_position_embeddings)
+        return config if resized == config.attention_layout else self.config_of_layout(resized)
+
     def prepare_config_and_inputs_for_common(self):
         return self.prepare_config_and_inputs()
 
@@ -179,10 +294,10 @@ class SimpleAttnMarianModelTester(TinyModelTester):
     bos_token_id = 0
     decoder_start_token_id = 3
 
-    def get_config(self) -> SimpleAttnMarianConfig:
+    def config_of_layout(self, layout: dict | None) -> SimpleAttnMarianConfig:
         return SimpleAttnMarianConfig.from_preset(
             self.preset,
-            attention_layout=self.layout,
+            attention_layout=layout,
             vocab_size=self.vocab_size,
             d_model=self.hidden_size,
             encoder_layers=self.num_hidden_layers,
@@ -221,10 +336,10 @@ class SimpleAttnBertModelTester(TinyModelTester):
     type_vocab_size = 2
     num_labels = 3
 
-    def get_config(self) -> SimpleAttnBertConfig:
+    def config_of_layout(self, layout: dict | None) -> SimpleAttnBertConfig:
         return SimpleAttnBertConfig.from_preset(
             self.preset,
-            attention_layout=self.layout,
+            attention_layout=layout,
             vocab_size=self.vocab_size,
             hidden_size=self.hidden_size,
             num_hidden_layers=self.num_hidden_layers,
@@ -253,12 +368,12 @@ class SimpleAttnMarianCommonTests(ModelTesterMixin):
     all_model_classes = (SimpleAttnMarianModel, SimpleAttnMarianMTModel)
     is_encoder_decoder = True
     test_missing_keys = False  # as MarianModelTest: the sinusoidal position tables are not saved
+    model_tester_class = SimpleAttnMarianModelTester
     preset: str
-    family: str
     layout: dict | None
 
     def setUp(self):
-        self.model_tester = SimpleAttnMarianModelTester(self, self.preset, self.layout)
+        self.model_tester = self.model_tester_class(self, self.preset, self.layout)
 
 
 class SimpleAttnBertCommonTests(ModelTesterMixin):
@@ -268,21 +383,24 @@ class SimpleAttnBertCommonTests(ModelTesterMixin):
         SimpleAttnBertForSequenceClassification,
         SimpleAttnBertForTokenClassification,
     )
+    model_tester_class = SimpleAttnBertModelTester
     preset: str
-    family: str
     layout: dict | None
 
     def setUp(self):
-        self.model_tester = SimpleAttnBertModelTester(self, self.preset, self.layout)
+        self.model_tester = self.model_tester_class(self, self.preset, self.layout)
 
 
-def common_test_case(base: type, preset: str, family: str, layout: dict | None) -> type:
-    """The test case of `preset`: every model class for `base`; for another preset the head that holds the whole
-    model (the bare model and the other heads run the same attention code, which `base` tests with them)."""
-    name = f"Test{base.__name__.removesuffix('CommonTests')}_{preset.replace('-', '_')}"
-    attributes = {"preset": preset, "family": family, "layout": layout}
-    test_case = with_skips(type(name, (base, unittest.TestCase), attributes))
-    if preset != "base":
+def common_test_case(base: type, case: str, preset: str, layout: dict | None) -> type:
+    """The test case `case` (`preset`, its layout replaced by `layout` site by site where given): every model class
+    for `base`; for another case the head that holds the whole model (the bare model and the other heads run the same
+    attention code, which `base` tests with them)."""
+    name = f"Test{base.__name__.removesuffix('CommonTests')}_{case.replace('-', '_')}"
+    attention_layout = base.model_tester_class(None, preset, layout).get_config().attention_layout
+    test_case = with_skips(
+        type(name, (base, unittest.TestCase), {"preset": preset, "layout": layout}), attention_layout
+    )
+    if case != "base":
         test_case.all_model_classes = base.all_model_classes[1:2]
         # Only `dot` heads read `attn_implementation`; `base` compares the two implementations for every class.
         for test_name in dir(test_case):
@@ -291,34 +409,100 @@ def common_test_case(base: type, preset: str, family: str, layout: dict | None) 
     return test_case
 
 
-# Learned position tables sized to the testers' inputs (the default, 256 positions, makes a model of over 1M
-# parameters, more than `test_model_is_small` allows).
-SMALL_TABLES = {"max_positions": 16}
-# `base` and one preset of each family: {preset: (family, attention_layout override or None)}.
-SEQ2SEQ_PRESETS = {
-    "base": ("dot", None),
-    "hc-sa": ("hard_coded", None),
-    "ran-all": (
-        "recurrent",
-        {site: {"kind": "recurrent", **SMALL_TABLES} for site in ("encoder_self", "decoder_self")},
-    ),
-    "syn-r": (
-        "random_synthesizer",
-        {site: {"kind": "random_synthesizer", **SMALL_TABLES} for site in ("encoder_self", "decoder_self")},
-    ),
-    "local-all": ("local", None),
-    "gmm": ("gaussian_mixture", None),
-    "hard-dec": ("hard_retrieval", None),
+# Layouts with what no preset has but a layout may (head groups of several families in one layer, queries without
+# keys beside keys, value-only heads beside query/key heads, RAN's feed-forward transition), and the family options
+# no other case has, at the testers' two layers.
+MIXED_SEQ2SEQ_LAYOUT = {
+    "encoder_self": [
+        {"groups": [{"kind": "hard_coded", "num_heads": 2, "window": 3}, {"kind": "dot"}]},
+        {"kind": "recurrent", "transition": "ffn", "transition_ffn_dim": 8},
+    ],
+    "decoder_self": [
+        {"kind": "recurrent", "layer_norm_residual": False},
+        {"groups": [{"kind": "hard_coded", "num_heads": 2}, {"kind": "dot"}]},
+    ],
+    "cross": [
+        {
+            "groups": [
+                {"kind": "gaussian_mixture", "num_heads": 1, "fusion": "gmm_only"},
+                {"kind": "gaussian_mixture", "num_heads": 1, "fusion": "average"},
+                {"kind": "gaussian_mixture", "num_heads": 1},
+                {"kind": "hard_coded", "num_heads": 1},
+            ]
+        },
+        "dot",
+    ],
+    "encoder_ffn": [True, False],
+    "decoder_ffn": [False, True],
 }
-ENCODER_PRESETS = {
-    "base": ("dot", None),
-    "band6": ("local", None),
-    "hc-sa": ("hard_coded", None),
-    "ran-e": ("recurrent", {"encoder_self": {"kind": "recurrent", **SMALL_TABLES}}),
+MIXED_ENCODER_LAYOUT = {
+    "encoder_self": [
+        {
+            "groups": [
+                {"kind": "hard_coded", "num_heads": 1, "window": 3},
+                {"kind": "recurrent", "num_heads": 1, "layer_norm_residual": False},
+                {"kind": "dot"},
+            ]
+        },
+        {"groups": [{"kind": "random_synthesizer", "num_heads": 2}, {"kind": "hard_retrieval"}]},
+    ],
+    "encoder_ffn": [True, False],
 }
+# The covering set: {case: (preset, attention layout replacing the preset's site by site, or None)}. `base` runs every
+# model class; the other cases the head that holds the whole model.
+SEQ2SEQ_CASES = {
+    "base": ("base", None),
+    "gmm-only": ("gmm-only", None),
+    "local-fully-tied": ("local-fully-tied", None),
+    "ran-all-fixed": ("ran-all-fixed", None),
+    "syn-r": ("syn-r", None),
+    "sh-x-no-sa": ("sh-x-no-sa", None),
+    "hard-all": ("hard-all", None),
+    "mixed": ("base", MIXED_SEQ2SEQ_LAYOUT),
+}
+ENCODER_CASES = {
+    "base": ("base", None),
+    "band6-alltied": ("band6-alltied", None),
+    "local-fully-tied": ("local-fully-tied", None),
+    "ran-all-fixed": ("ran-all-fixed", None),
+    "mixed": ("base", MIXED_ENCODER_LAYOUT),
+}
+COMMON_TESTS = {
+    "seq2seq": (SimpleAttnMarianCommonTests, SEQ2SEQ_CASES),
+    "encoder": (SimpleAttnBertCommonTests, ENCODER_CASES),
+}
+# Presets build at any size, their layer selectors scaling with depth: their features are checked at the testers'
+# sizes and at the papers'.
+PAPER_SIZES = {
+    "seq2seq": dict(
+        d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8
+    ),
+    "encoder": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12),
+}
+PRESET_CONFIGS = {"seq2seq": SimpleAttnMarianConfig, "encoder": SimpleAttnBertConfig}
 
-for _base, _presets in ((SimpleAttnMarianCommonTests, SEQ2SEQ_PRESETS), (SimpleAttnBertCommonTests, ENCODER_PRESETS)):
-    for _preset, (_family, _layout) in _presets.items():
-        _case = common_test_case(_base, _preset, _family, _layout)
-        globals()[_case.__name__] = _case
-del _base, _presets, _preset, _family, _layout, _case, _mapping, _names
+
+def test_covering_set_has_every_preset_feature():
+    """Every structural feature of every preset (at the testers' sizes and the papers') is in some case of the
+    covering set, so that transformers' common tests exercise it."""
+    missing = []
+    for model_kind, (base, cases) in COMMON_TESTS.items():
+        covered = set()
+        for preset, layout in cases.values():
+            covered |= layout_features(base.model_tester_class(None, preset, layout).get_config().attention_layout)
+        for preset in list_presets(model_kind):
+            features = layout_features(base.model_tester_class(None, preset).get_config().attention_layout)
+            paper = PRESET_CONFIGS[model_kind].from_preset(preset, **PAPER_SIZES[model_kind])
+            for feature in sorted((features | layout_features(paper.attention_layout)) - covered):
+                missing.append(f"{model_kind} preset {preset!r}: {feature}")
+    assert missing == [], (
+        "features of presets that no case of the covering set (SEQ2SEQ_CASES, ENCODER_CASES) has; add a preset with "
+        "them, or a layout: " + "; ".join(missing)
+    )
+
+
+for _model_kind, (_base, _cases) in COMMON_TESTS.items():
+    for _case, (_preset, _layout) in _cases.items():
+        _test_case = common_test_case(_base, _case, _preset, _layout)
+        globals()[_test_case.__name__] = _test_case
+del _model_kind, _base, _cases, _case, _preset, _layout, _test_case, _mapping, _names

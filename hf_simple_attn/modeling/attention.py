@@ -1,7 +1,6 @@
 """One attention sublayer built from a layer spec: projections, cache, and the head groups."""
 
 import dataclasses
-import operator
 
 import torch
 from torch import nn
@@ -9,28 +8,33 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 
 from .attention_ops import zero_padding
 from .attention_registry import AttentionContext, AttentionHeads, LayerSpec, get_attention_family
-from .layout import query_key_slots
+from .layout import query_key_slots, query_slots
 
 
 class HeadGroups(nn.Module):
     """Runs each head group's family on its slice of the heads and joins the results.
 
-    Shared by every model: it sees per-head queries/keys (one slot per query/key projection the
-    families asked for) and per-head values, so the model decides how to name its projections.
-    The only place that builds `AttentionHeads`.
+    Shared by every model: it sees per-head queries and keys (one slot per query projection the
+    families asked for, one per key projection of the groups that score keys) and per-head values,
+    so the model decides how to name its projections. The only place that builds `AttentionHeads`.
+
+    query_slots: the heads of the query projection; query_key_slots: those scored against keys, the
+    heads of the key projection (fewer where a group reads its queries alone).
     """
 
     def __init__(self, config, layer_spec: LayerSpec, site: str, layer_idx: int):
         super().__init__()
         self.num_heads = layer_spec["num_heads"]
         self.head_dim = layer_spec["head_dim"]
+        self.query_slots = query_slots(layer_spec)
         self.query_key_slots = query_key_slots(layer_spec)
         self.groups = nn.ModuleList()
-        self.head_ranges, self.slot_ranges = [], []
-        head_start = slot_start = 0
+        self.head_ranges, self.query_ranges, self.key_ranges = [], [], []
+        head_start = query_start = key_start = 0
         for group_index, group_spec in enumerate(layer_spec["groups"]):
             family = get_attention_family(group_spec["kind"])
             slots = family.num_query_key_slots(group_spec)
+            key_slots = slots if family.scores_keys(group_spec) else 0
             # The layer's rank among the site's layers that use this family (RAN's k-th layer has k - 1).
             family_layer_idx = family.family_layers(config.attention_layout[site]).index(layer_idx)
             group = family(
@@ -44,9 +48,11 @@ class HeadGroups(nn.Module):
             )
             self.groups.append(group)
             self.head_ranges.append((head_start, head_start + group_spec["num_heads"]))
-            self.slot_ranges.append((slot_start, slot_start + slots))
+            self.query_ranges.append((query_start, query_start + slots))
+            self.key_ranges.append((key_start, key_start + key_slots))
             head_start += group_spec["num_heads"]
-            slot_start += slots
+            query_start += slots
+            key_start += key_slots
         self.takes_zeroed_padding = all(group.takes_zeroed_padding for group in self.groups)
 
     def forward(
@@ -57,14 +63,17 @@ class HeadGroups(nn.Module):
         context: AttentionContext,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query/key: (batch, slots, len, head_dim); value: (batch, heads, k_len, head_dim).
+        """query: (batch, query_slots, q_len, head_dim); key: (batch, query_key_slots, k_len, head_dim); value:
+        (batch, heads, k_len, head_dim).
 
         Returns (batch, heads, q_len, head_dim) and the weights (batch, heads, q_len, k_len) if asked.
         """
         outputs, weights = [], []
-        for group, (h0, h1), (s0, s1) in zip(self.groups, self.head_ranges, self.slot_ranges):
-            group_query = query[:, s0:s1] if s1 > s0 else None
-            group_key = key[:, s0:s1] if s1 > s0 else None
+        for group, (h0, h1), (q0, q1), (k0, k1) in zip(
+            self.groups, self.head_ranges, self.query_ranges, self.key_ranges
+        ):
+            group_query = query[:, q0:q1] if q1 > q0 else None
+            group_key = key[:, k0:k1] if k1 > k0 else None
             output, weight = group(group_query, group_key, value[:, h0:h1], context, output_attentions)
             outputs.append(output)
             weights.append(weight)
@@ -84,8 +93,8 @@ class AttentionProjections(nn.Module):
     """A model's attention module: the layout's head groups behind per-head query/key/value projections, named as
     in the model's checkpoints (`query_key_names`, `value_name`).
 
-    The query/key projections exist only when some group scores queries against keys, sized to the query/key slots
-    the groups need.
+    The query projection exists only when some group reads queries, the key projection only when some group scores
+    them against keys, each sized to the slots the groups need: no parameter that nothing reads.
     """
 
     query_key_names: tuple[str, str]
@@ -96,10 +105,10 @@ class AttentionProjections(nn.Module):
         self.heads = heads
         self.head_dim = heads.head_dim
         self.inner_dim = heads.num_heads * heads.head_dim
-        query_key_dim = heads.query_key_slots * heads.head_dim
-        if query_key_dim:
-            for name in self.query_key_names:
-                self.add_module(name, nn.Linear(hidden_size, query_key_dim))
+        query_name, key_name = self.query_key_names
+        for name, slots in ((query_name, heads.query_slots), (key_name, heads.query_key_slots)):
+            if slots:
+                self.add_module(name, nn.Linear(hidden_size, slots * heads.head_dim))
         self.add_module(self.value_name, nn.Linear(hidden_size, self.inner_dim))
 
     def split_heads(self, states: torch.Tensor) -> torch.Tensor:
@@ -149,7 +158,7 @@ class SimpleAttention(AttentionProjections):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states: (batch, q_len, d_model); key_value_states: encoder output for cross attention."""
         batch_size, query_length, _ = hidden_states.shape
-        query = self.split_heads(self.q_proj(hidden_states)) if self.heads.query_key_slots else None
+        query = self.split_heads(self.q_proj(hidden_states)) if self.heads.query_slots else None
 
         if cache is None:
             key, value = self.project_keys_values(key_value_states if self.is_cross else hidden_states)
@@ -194,27 +203,24 @@ def set_attention_fast_paths(model: nn.Module, enabled: bool = True) -> None:
             module.fast_path = enabled
 
 
-def tie_query_key_projections(
-    layers: nn.ModuleList,
-    layer_specs: list[LayerSpec | None],
-    layers_name: str,
-    attention_path: str,
-    projection_names: tuple[str, str],
+def query_key_ties(
+    layer_specs: list[LayerSpec | None], layers_name: str, attention_path: str, projection_names: tuple[str, str]
 ) -> dict[str, str]:
-    """Point tied layers at one set of query/key projections; returns {tied name: source name} for saving.
+    """The layout's query/key ties as transformers' `_tied_weights_keys` declares them, {tied parameter: source}.
 
-    `attention_path` is the dotted path from a layer to its attention module (`"attention.self"`
-    in BERT), `projection_names` the names of its query and key projections.
+    Each tied layer builds projections of its own, whose parameters `tie_weights` replaces by the source layer's
+    (in `post_init`, and when `from_pretrained` has loaded a checkpoint, which then reports a missing source as
+    missing, as it does for tied word embeddings). `attention_path` is the dotted path from a layer to its attention
+    module (`"attention.self"` in BERT), `projection_names` the names of its query and key projections.
     """
-    get_attention = operator.attrgetter(attention_path)
     tied = {}
     for index, spec in enumerate(layer_specs):
         if spec is None or spec["share_query_key_with"] is None:
             continue
         source = spec["share_query_key_with"]
-        target_attention, source_attention = get_attention(layers[index]), get_attention(layers[source])
-        for name in projection_names:
-            setattr(target_attention, name, getattr(source_attention, name))
+        query_name, key_name = projection_names
+        names = (query_name, key_name) if query_key_slots(spec) else (query_name,)
+        for name in names:
             for parameter in ("weight", "bias"):
                 tied[f"{layers_name}.{index}.{attention_path}.{name}.{parameter}"] = (
                     f"{layers_name}.{source}.{attention_path}.{name}.{parameter}"

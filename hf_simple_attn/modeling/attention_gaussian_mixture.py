@@ -191,7 +191,7 @@ class GaussianMixtureHeads(AttentionHeads):
     Options: `num_components` (K, default 4), `hidden_size` (of the four nets; null = head_dim,
     the paper's), `normalization` (`approximate` | `strict` | `none`), `fusion` (`gate` |
     `average` | `gmm_only`). Uses the sublayer's query/key projections (one slot per head); with
-    `gmm_only` the keys are unused.
+    `gmm_only` the queries only (the nets read them; no dot product), so the sublayer builds no key projection.
     """
 
     sites = ("cross",)
@@ -221,6 +221,10 @@ class GaussianMixtureHeads(AttentionHeads):
             "normalization": normalization,
             "fusion": fusion,
         }
+
+    @classmethod
+    def scores_keys(cls, spec: GaussianMixtureSpec) -> bool:
+        return spec["fusion"] != "gmm_only"
 
     def __init__(self, spec: GaussianMixtureSpec, config, site: str, layer_idx: int, head_dim: int, **kwargs):
         super().__init__(spec, config, site, layer_idx, head_dim, **kwargs)
@@ -304,12 +308,12 @@ class GaussianMixtureHeads(AttentionHeads):
     def forward(
         self,
         query: torch.Tensor,
-        key: torch.Tensor,
+        key: torch.Tensor | None,
         value: torch.Tensor,
         context: AttentionContext,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # query: (batch, heads, q_len, d); key, value: (batch, heads, k_len, d)
+        # query: (batch, heads, q_len, d); key (None with `gmm_only`), value: (batch, heads, k_len, d)
         dropout = self.config.attention_dropout if self.training else 0.0
         if self.fast_path and not output_attentions and not is_exporting() and dropout == 0.0:
             return self.fast_forward(query, key, value, context), None
@@ -336,7 +340,7 @@ class GaussianMixtureHeads(AttentionHeads):
     # --- the fast path ----------------------------------------------------------------------------------------------
 
     def fast_forward(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, context: AttentionContext
+        self, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor, context: AttentionContext
     ) -> torch.Tensor:
         """γV = (1 - g)·αV + g·βV without the weights, (batch, heads, q_len, d): αV by one SDPA call, βV by one
         product."""

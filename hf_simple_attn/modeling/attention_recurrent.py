@@ -14,7 +14,7 @@ map (as `nn.Linear(M, M)` on the last axis, the public code's convention). The f
 already uses A_1 = Rec(A0) (the paper's Figure 2 and the public code); a stack whose layers do
 not all use RAN counts only its RAN layers. `layer_norm_residual: false` is the paper's
 "w/o LN&RES" ablation, A_k = tanh(W·A_{k-1} + b); `freeze_initial` keeps A0 at its random
-initialisation (the paper's "fixed" ablation).
+initialisation (the paper's "fixed" ablation), a draw from a seed of its own per site, as a buffer must be.
 
 The Random Synthesizer (Tay et al. 2020, "Synthesizer: Rethinking Self-Attention in Transformer
 Models"), the RAN paper's Syn-R baseline, gives every layer its own learned logits (heads, M, M)
@@ -213,6 +213,13 @@ def attend(
     return output, weights.expand(batch_size, -1, -1, -1)
 
 
+def fixed_initial_logits(shape: torch.Size, seed: int) -> torch.Tensor:
+    """Xavier-uniform logits of `shape` drawn on the CPU by a generator seeded with `seed`: the same in every run and
+    on every device (a fixed A0)."""
+    logits = torch.empty(shape, device="cpu")
+    return init.xavier_uniform_(logits, generator=torch.Generator(device="cpu").manual_seed(seed))
+
+
 class TanhLayerNormTransition(nn.Module):
     """The paper's transition (Eq. 3-4): A' = LayerNorm(tanh(W·A + b)) + A, or tanh(W·A + b) alone."""
 
@@ -256,19 +263,25 @@ class RecurrentAttentionState(AttentionStackState):
     maps every row on its own). Under gradient checkpointing, and outside a stack's forward, each layer runs the chain
     A0 → A_k itself (k transitions for the k-th layer): a checkpointed layer must recompute in backward
     what it computed in forward, which a chain computed once for all layers would break.
+
+    seed: the seed of a fixed A0's draw (`freeze_initial`), one per site.
     """
 
-    def __init__(self, spec: RecurrentSpec, num_layers: int):
+    def __init__(self, spec: RecurrentSpec, num_layers: int, seed: int = 0):
         super().__init__()
         self.num_layers = num_layers
         num_heads, max_positions = spec["num_heads"], spec["max_positions"]
-        initial_logits = torch.zeros(num_heads, max_positions, max_positions)
-        if spec["freeze_initial"]:
-            # The paper's "fixed" ablation: A0 stays at its random initialisation. A buffer is saved
-            # and loaded like a parameter but never trained (loading may not keep requires_grad=False).
-            self.register_buffer("initial_logits", initial_logits)
+        # The seed of a fixed A0; None when A0 is learned.
+        self.fixed_initial_seed = seed if spec["freeze_initial"] else None
+        if self.fixed_initial_seed is None:
+            self.initial_logits = nn.Parameter(torch.zeros(num_heads, max_positions, max_positions))
         else:
-            self.initial_logits = nn.Parameter(initial_logits)
+            # The paper's "fixed" ablation: A0 stays at its random initialisation. A buffer is saved and loaded like
+            # a parameter but never trained (loading may not keep requires_grad=False). `_init_weights` must rebuild
+            # a buffer as `__init__` made it (transformers builds models on the meta device), so it is drawn from a
+            # seed of its own, the same here and there.
+            self.register_buffer("initial_logits", torch.empty(num_heads, max_positions, max_positions))
+            self.init_attention_weights()
         if spec["transition"] == "tanh_ln":
             self.transition = TanhLayerNormTransition(max_positions, spec["layer_norm_residual"])
         else:
@@ -281,7 +294,10 @@ class RecurrentAttentionState(AttentionStackState):
 
     def init_attention_weights(self) -> None:
         # As the public code: Xavier-uniform over (heads, M, M).
-        init.xavier_uniform_(self.initial_logits)
+        if self.fixed_initial_seed is None:
+            init.xavier_uniform_(self.initial_logits)
+        else:
+            init.copy_(self.initial_logits, fixed_initial_logits(self.initial_logits.shape, self.fixed_initial_seed))
 
     def train(self, mode: bool = True):
         self.clear_cache()
@@ -563,7 +579,7 @@ class RecurrentHeads(PositionLogitsHeads):
         groups = cls.stack_groups(layer_specs)
         if not groups:
             return None
-        return RecurrentAttentionState(groups[0][2], num_layers=len(groups))
+        return RecurrentAttentionState(groups[0][2], num_layers=len(groups), seed=SELF_ATTENTION_SITES.index(site))
 
     def stack_state(self, context: AttentionContext) -> RecurrentAttentionState:
         """The stack's A0 and transition, from the context."""

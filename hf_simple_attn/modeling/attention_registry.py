@@ -210,9 +210,10 @@ class AttentionHeads(nn.Module):
     """Base class of a family: computes the outputs of one group of heads.
 
     Subclasses set `sites` (where the family may be used), `uses_query_key` (whether the group
-    needs query/key projections), `option_names`, and implement `normalize_spec` and `forward`;
-    the other methods have defaults that fit a family without stack state, cached decoding
-    state, raw parameters or a separate fast path. `HeadGroups` is the only builder of groups.
+    needs query/key projections; `scores_keys` may do without the keys), `option_names`, and
+    implement `normalize_spec` and `forward`; the other methods have defaults that fit a family
+    without stack state, cached decoding state, raw parameters or a separate fast path.
+    `HeadGroups` is the only builder of groups.
 
     spec: the group's normalised spec; layer_idx: the layer's index in its stack; group_index:
     the group's index in its layer; family_layer_idx: how many earlier layers of the site have a
@@ -271,8 +272,15 @@ class AttentionHeads(nn.Module):
 
     @classmethod
     def num_query_key_slots(cls, spec: GroupSpec) -> int:
-        """How many per-head query/key projections this group needs from the sublayer."""
+        """How many per-head query projections this group needs from the sublayer, each with a key projection of its
+        own where `scores_keys`."""
         return spec["num_heads"] if cls.uses_query_key else 0
+
+    @classmethod
+    def scores_keys(cls, spec: GroupSpec) -> bool:
+        """Whether the group scores its queries against keys. A group that reads its queries alone gets no key
+        projections: the sublayer builds no parameter that nothing reads."""
+        return cls.uses_query_key
 
     @classmethod
     def validate_site(cls, layer_specs: list[LayerSpec | None], site: str) -> None:

@@ -219,11 +219,19 @@ def normalize_layer_spec(spec, site: str, default_heads: int, d_model: int, fiel
     }
 
 
-def query_key_slots(layer_spec: LayerSpec | None) -> int:
-    """How many per-head query/key projections a layer needs."""
+def query_slots(layer_spec: LayerSpec | None) -> int:
+    """How many per-head query projections a layer needs."""
     if layer_spec is None:
         return 0
     return sum(get_attention_family(g["kind"]).num_query_key_slots(g) for g in layer_spec["groups"])
+
+
+def query_key_slots(layer_spec: LayerSpec | None) -> int:
+    """How many of a layer's queries are scored against keys: the heads of its key projection."""
+    if layer_spec is None:
+        return 0
+    groups = [(get_attention_family(g["kind"]), g) for g in layer_spec["groups"]]
+    return sum(family.num_query_key_slots(g) for family, g in groups if family.scores_keys(g))
 
 
 def apply_query_key_ties(site_value, layers: list[LayerSpec | None], field: str) -> None:
@@ -242,10 +250,12 @@ def apply_query_key_ties(site_value, layers: list[LayerSpec | None], field: str)
             raise LayoutError(f"{where}: expected the index of an earlier layer (0..{index - 1}), got {source!r}")
         if layers[source] is None or layers[source]["share_query_key_with"] is not None:
             raise LayoutError(f"{where}: layer {source} must have its own query/key projections to share them")
-        same_shape = query_key_slots(layers[source]) == query_key_slots(layer) and (
-            layers[source]["head_dim"] == layer["head_dim"]
+        same_shape = (
+            query_slots(layers[source]) == query_slots(layer)
+            and query_key_slots(layers[source]) == query_key_slots(layer)
+            and layers[source]["head_dim"] == layer["head_dim"]
         )
-        if query_key_slots(layer) == 0 or not same_shape:
+        if query_slots(layer) == 0 or not same_shape:
             raise LayoutError(
                 f"{where}: layers {source} and {index} need the same number of query/key heads (>0) and head_dim to share them"
             )

@@ -29,7 +29,7 @@ from transformers.models.bert.modeling_bert import (
 from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import can_return_tuple
 
-from .attention import AttentionProjections, HeadGroups, tie_query_key_projections
+from .attention import AttentionProjections, HeadGroups, query_key_ties
 from .attention_registry import AttentionContext
 from .configuration_simple_attn_bert import SimpleAttnBertConfig
 from .modeling_simple_attn_common import SimpleAttnBasePreTrainedModel
@@ -51,9 +51,10 @@ class SimpleAttnBertSelfAttention(AttentionProjections):
         """hidden_states: (batch, len, hidden) -> (batch, len, heads * head_dim) and the weights if asked."""
         batch_size, length, _ = hidden_states.shape
         query = key = None
+        if self.heads.query_slots:
+            query = self.split_heads(self.query(hidden_states))  # (batch, query slots, len, head_dim)
         if self.heads.query_key_slots:
-            query = self.split_heads(self.query(hidden_states))  # (batch, slots, len, head_dim)
-            key = self.split_heads(self.key(hidden_states))
+            key = self.split_heads(self.key(hidden_states))  # (batch, key slots, len, head_dim)
         value = self.split_heads(self.value(hidden_states))  # (batch, heads, len, head_dim)
         output, weights = self.heads(query, key, value, context, output_attentions)
         return output.transpose(1, 2).reshape(batch_size, length, self.inner_dim), weights
@@ -124,8 +125,7 @@ class SimpleAttnBertEncoder(nn.Module):
         self.config = config
         self.layer = nn.ModuleList([SimpleAttnBertLayer(config, index) for index in range(config.num_hidden_layers)])
         self.attention_state = build_stack_state(config, ("encoder_self",))
-        self.tied_query_key = tie_query_key_projections(
-            self.layer,
+        self.tied_query_key = query_key_ties(
             config.attention_layout["encoder_self"],
             "layer",
             "attention.self",
@@ -190,7 +190,8 @@ class SimpleAttnBertModel(SimpleAttnBertPreTrainedModel):
         self.embeddings = BertEmbeddings(config)
         self.encoder = SimpleAttnBertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        self._tied_weights_keys = prefixed(self.encoder.tied_query_key, "encoder.") or None
+        self.tied_query_key = prefixed(self.encoder.tied_query_key, "encoder.")
+        self._tied_weights_keys = self.tied_query_key or None
         self.post_init()
 
     def get_input_embeddings(self):

@@ -22,6 +22,17 @@ class SimpleAttnBasePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     # Every Auto class a checkpoint loads into; `save_pretrained` records them all in `config.auto_map`.
     _auto_map: dict[str, str] = {}
+    # The layout's query/key ties among `_tied_weights_keys` ({tied parameter: source}, `attention.query_key_ties`),
+    # declared by the model that holds the layers.
+    tied_query_key: dict[str, str] | None = None
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """transformers' expansion of `_tied_weights_keys`, which drops every tie under `tie_word_embeddings=False`;
+        the layout's query/key ties are part of the architecture and stay whatever that setting says."""
+        tied = super().get_expanded_tied_weights_keys(all_submodels)
+        if all_submodels:
+            return tied  # gathered from the calls below on each submodel, this one included
+        return {**(self.tied_query_key or {}), **tied}
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -25,7 +25,7 @@ from transformers.models.marian.modeling_marian import MarianSinusoidalPositiona
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
-from .attention import SimpleAttention, tie_query_key_projections
+from .attention import SimpleAttention, query_key_ties
 from .attention_registry import AttentionContext
 from .cache import decoder_cache_for, describe_layout, new_decoder_cache
 from .candidate_vocabulary import CandidateVocabulary, beam_fill_token
@@ -202,13 +202,10 @@ class SimpleAttnMarianEncoder(SimpleAttnPreTrainedModel):
             [SimpleAttnMarianEncoderLayer(config, index) for index in range(config.encoder_layers)]
         )
         self.attention_state = build_stack_state(config, ("encoder_self",))
-        self.tied_query_key = tie_query_key_projections(
-            self.layers,
-            config.attention_layout["encoder_self"],
-            "layers",
-            "self_attn",
-            SimpleAttention.query_key_names,
+        self.tied_query_key = query_key_ties(
+            config.attention_layout["encoder_self"], "layers", "self_attn", SimpleAttention.query_key_names
         )
+        self._tied_weights_keys = self.tied_query_key or None
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -254,21 +251,14 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         )
         self.attention_state = build_stack_state(config, ("decoder_self", "cross"))
         self.tied_query_key = {
-            **tie_query_key_projections(
-                self.layers,
-                config.attention_layout["decoder_self"],
-                "layers",
-                "self_attn",
-                SimpleAttention.query_key_names,
+            **query_key_ties(
+                config.attention_layout["decoder_self"], "layers", "self_attn", SimpleAttention.query_key_names
             ),
-            **tie_query_key_projections(
-                self.layers,
-                config.attention_layout["cross"],
-                "layers",
-                "encoder_attn",
-                SimpleAttention.query_key_names,
+            **query_key_ties(
+                config.attention_layout["cross"], "layers", "encoder_attn", SimpleAttention.query_key_names
             ),
         }
+        self._tied_weights_keys = self.tied_query_key or None
         self.gradient_checkpointing = False
         self.post_init()
 
