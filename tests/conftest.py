@@ -70,10 +70,11 @@ def make_model(preset: str | None = None, layout: dict | None = None, **override
     return SimpleAttnMarianMTModel(config).eval()
 
 
-def cached_steps(model, source, source_mask, target) -> tuple[torch.Tensor, object]:
-    """The logits of decoding `target` one token a step with the cache, (batch, target_len, vocab), and the cache."""
+def cached_steps(model, source, source_mask, target, cache=None) -> tuple[torch.Tensor, object]:
+    """The logits of decoding `target` one token a step with the cache (a new one, or `cache`), (batch, target_len,
+    vocab), and the cache."""
     encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
-    cache, steps = None, []
+    steps = []
     for position in range(target.shape[1]):
         output = model(
             encoder_outputs=encoder_outputs,
