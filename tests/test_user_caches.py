@@ -218,3 +218,34 @@ def test_an_unknown_attn_implementation_is_refused_in_transformers_words():
     with pytest.raises(ValueError, match=re.escape('Specified `attn_implementation="foo"` is not supported')):
         model.set_attn_implementation("foo")
     assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("preset", ["sh-x", "base-no-sa", "hc-sa", "hard-dec"])
+def test_prompt_lookup_and_assisted_decoding_with_attentions_equal_greedy(preset):
+    """They crop the cache (windowed hard-coded heads keep every position until then) and split the weights per token
+    (absent sublayers give weights of zero heads)."""
+    model = make_model(preset)
+    source = SOURCE[:1, :4]
+    with torch.no_grad():
+        greedy = model.generate(input_ids=source, max_new_tokens=12)
+        prompt = greedy[:, :6]  # repeats itself with these weights: prompt lookup proposes tokens, some rejected
+        expected = model.generate(input_ids=source, decoder_input_ids=prompt, max_new_tokens=6)
+        for mode in ({"prompt_lookup_num_tokens": 3}, {"assistant_model": make_model("base")}):
+            output = model.generate(
+                input_ids=source,
+                decoder_input_ids=prompt,
+                max_new_tokens=6,
+                output_attentions=True,
+                return_dict_in_generate=True,
+                **mode,
+            )
+            torch.testing.assert_close(output.sequences, expected, rtol=0, atol=0)
+            for layer, weights in enumerate(output.cross_attentions[-1]):
+                heads = 0 if model.config.attention_layout["cross"][layer] is None else weights.shape[1]
+                assert weights.shape[1] == heads and weights.shape[-1] == source.shape[1]
+
+
+def test_prompt_lookup_decoding_is_refused_where_the_decoding_state_cannot_be_cropped():
+    model = make_model("gmm-synthesis")
+    with torch.no_grad(), pytest.raises(ValueError, match=r"prompt-lookup decoding .*synthesis network"):
+        model.generate(input_ids=SOURCE[:1], max_new_tokens=4, prompt_lookup_num_tokens=3)

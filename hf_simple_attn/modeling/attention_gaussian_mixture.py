@@ -241,6 +241,14 @@ class GaussianMixtureHeads(AttentionHeads):
         self.output_block = [[[float(net == row)] for net in range(num_networks)] for row in output_rows]
         self.network_weights_memo = None  # (parameters, their versions, weights) of `network_weights`
 
+    @classmethod
+    def rolls_back(cls, spec: GroupSpec) -> str | None:
+        if spec["normalization"] == "none":
+            return (
+                "the synthesis network (normalization 'none') keeps only the running sum of its means, not per token"
+            )
+        return None
+
     def mixture_parameters(
         self, query: torch.Tensor, source_length: torch.Tensor, context: AttentionContext
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

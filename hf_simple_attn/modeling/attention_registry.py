@@ -317,6 +317,12 @@ class AttentionHeads(nn.Module):
         """A module shared by all layers of one stack (e.g. RAN's initial matrices), or None."""
         return None
 
+    @classmethod
+    def rolls_back(cls, spec: GroupSpec) -> str | None:
+        """Why a decoding cache of this group cannot be cropped (assisted and prompt-lookup decoding roll rejected
+        tokens back), or None when it can: keys and values alone are cropped, per-step state is not."""
+        return None
+
     def decoding_lookback(self, dtype: torch.dtype) -> int | None:
         """How many earlier positions a cached decoding step of this group reads, so that the cache may drop
         older ones; None when it reads the whole prefix."""

@@ -36,6 +36,8 @@ model's decoding state is refused with a `ValueError` that names the cache and w
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache, StaticLayer
 
+from .attention_registry import get_attention_family
+
 
 class SimpleAttnCacheLayer(DynamicLayer):
     """beam_invariant: the keys and values are the same for all beams of a sentence (cross attention),
@@ -46,6 +48,13 @@ class SimpleAttnCacheLayer(DynamicLayer):
         self.beam_invariant = beam_invariant
         self.states = {}
         self.length = 0  # positions seen, including those dropped by `keep_last`
+        self.record_past = False  # `activate_past_recording`: positions are dropped by `crop` only
+        self.window = None  # the last `keep_last` window
+
+    def activate_past_recording(self) -> None:
+        """Keep every position until the next `crop`, which assisted decoding calls to roll back rejected tokens
+        (as transformers' sliding-window layers): `keep_last` then only records its window, and `crop` restores it."""
+        self.record_past = True
 
     def update(self, key_states, value_states, *args, **kwargs):
         if self.is_initialized and key_states.shape[1] == 0:
@@ -59,6 +68,11 @@ class SimpleAttnCacheLayer(DynamicLayer):
 
     def keep_last(self, positions: int) -> None:
         """Drop all but the last `positions` cached positions (the length still counts them)."""
+        self.window = positions
+        if not self.record_past:
+            self.drop_to(positions)
+
+    def drop_to(self, positions: int) -> None:
         kept = self.values.shape[-2]
         if kept > positions:
             self.keys = self.keys[..., kept - positions :, :]
@@ -68,12 +82,19 @@ class SimpleAttnCacheLayer(DynamicLayer):
         return self.length if self.is_initialized else 0
 
     def crop(self, tokens_to_remove: int) -> None:
-        if not self.is_initialized or tokens_to_remove == 0:
+        """Remove the last `-tokens_to_remove` positions; with past recording, then drop all but the window."""
+        if not self.is_initialized:
             return
-        if self.length > self.values.shape[-2]:
-            raise ValueError("a cache layer that dropped early positions (`keep_last`) cannot be cropped")
-        super().crop(tokens_to_remove)
-        self.length = self.values.shape[-2]
+        if tokens_to_remove != 0:
+            if self.length > self.values.shape[-2] and not self.record_past:
+                raise ValueError(
+                    "a cache layer that dropped early positions (`keep_last`) cannot be cropped; call "
+                    "`activate_past_recording` first (generate does for assisted decoding)"
+                )
+            super().crop(tokens_to_remove)
+            self.length -= abs(tokens_to_remove)
+        if self.record_past and self.window is not None:
+            self.drop_to(self.window)
 
     def reorder_cache(self, beam_idx):
         if not self.beam_invariant:
@@ -249,6 +270,15 @@ def decoder_families(config) -> list[str]:
     layout = config.attention_layout
     specs = [spec for site in ("decoder_self", "cross") for spec in layout[site] if spec is not None]
     return sorted({group["kind"] for spec in specs for group in spec["groups"]})
+
+
+def rollback_refusal(config) -> str | None:
+    """Why this model's decoding cache cannot be cropped (`AttentionHeads.rolls_back`), or None when it can."""
+    layout = config.attention_layout
+    specs = [spec for site in ("decoder_self", "cross") for spec in layout[site] if spec is not None]
+    reasons = {get_attention_family(group["kind"]).rolls_back(group) for spec in specs for group in spec["groups"]}
+    reasons.discard(None)
+    return "; ".join(sorted(reasons)) or None
 
 
 def describe_layout(config) -> str:

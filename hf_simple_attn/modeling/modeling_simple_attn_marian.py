@@ -29,8 +29,10 @@ from .attention_registry import AttentionContext
 from .cache import (
     cache_slots,
     decoder_cache_for,
+    describe_layout,
     is_static,
     new_decoder_cache,
+    rollback_refusal,
     static_attention_mask,
     static_positions,
 )
@@ -818,16 +820,27 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             return False
         return getattr(self, "hf_quantizer", None) is None or self.hf_quantizer.is_compileable
 
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, *args, **kwargs):
         """Give `generate` our cache (value-only heads, absent sublayers, per-step state) unless the user brought one
         or asked for a static one (`cache_implementation="static"`), which is taken over before the first step
         (`decoder_cache_for`: a fresh `DynamicCache`, `StaticCache` or `EncoderDecoderCache` of them becomes ours in
-        place; caches that cannot hold the decoding state are refused)."""
+        place; caches that cannot hold the decoding state are refused). Assisted and prompt-lookup decoding, which
+        crop the cache, are refused for a layout whose decoding state cannot be cropped (`rollback_refusal`)."""
+        if generation_mode == GenerationMode.ASSISTED_GENERATION or generation_config.is_assistant:
+            reason = rollback_refusal(self.config)
+            if reason is not None:
+                raise ValueError(
+                    f"generate: assisted and prompt-lookup decoding roll the cache back to the accepted tokens, which "
+                    f"{type(self).__name__} with {describe_layout(self.config)} cannot do: {reason}; use greedy or "
+                    "beam search, or sampling"
+                )
         if model_kwargs.get("cache") is None and generation_config.use_cache is not False:
             if generation_config.cache_implementation in (None, "dynamic"):
                 model_kwargs["cache"] = new_decoder_cache(self.config)
+                if generation_config.is_assistant:  # rolled back by `crop` (as transformers' caches)
+                    model_kwargs["cache"].activate_past_recording()
                 return
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode, *args, **kwargs)
         if model_kwargs.get("cache") is not None:
             model_kwargs["cache"] = decoder_cache_for(self.config, model_kwargs["cache"])
 
