@@ -809,9 +809,10 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         """Run the decoding steps through `torch.compile` when the call asks for it with a `compile_config`
         (`generate(..., compile_config=CompileConfig(...))`), on any device, unless `disable_compile` is set.
 
-        transformers compiles only for caches of fixed size (`StaticCache`); ours grow by one position a step (their
-        lengths are Python ints, so no step waits for the device), so the compiled step has dynamic shapes: after a
-        few recompiles in the first steps, one graph serves every length. On a GPU, CUDA graphs ("reduce-overhead",
+        transformers compiles on its own for caches of fixed size (`StaticCache`); here only when asked, for either
+        cache. Ours grow by one position a step (their lengths are Python ints, so no step waits for the device), so
+        the compiled step has dynamic shapes: after a few recompiles in the first steps, one graph serves every length.
+        With `cache_implementation="static"` every step has the same shapes: one graph from the first compiled step. On a GPU, CUDA graphs ("reduce-overhead",
         `CompileConfig`'s default mode) then record one graph per decoded length in a first call and replay them in
         later calls of the same lengths; `CompileConfig(mode="default")` or `"max-autotune-no-cudagraphs"` compile
         without them.
