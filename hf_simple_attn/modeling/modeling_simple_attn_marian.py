@@ -312,11 +312,12 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         inputs, inputs_name = (
             (input_ids, "decoder_input_ids") if input_ids is not None else (inputs_embeds, "decoder_inputs_embeds")
         )
-        check_inputs(
-            inputs, inputs_name, None if static else attention_mask, "decoder_attention_mask", past_length or 0
-        )
-        if static and attention_mask is not None:
-            attention_mask = static_attention_mask(cache, attention_mask, inputs.shape[0])
+        if static:
+            check_inputs(inputs, inputs_name, None, "decoder_attention_mask")
+            if attention_mask is not None:
+                attention_mask = static_attention_mask(cache, attention_mask, inputs.shape[0])
+        else:
+            check_inputs(inputs, inputs_name, attention_mask, "decoder_attention_mask", past_length)
         if encoder_hidden_states is not None:
             check_inputs(encoder_hidden_states, "encoder_hidden_states", encoder_attention_mask, "attention_mask")
         if inputs_embeds is None:
