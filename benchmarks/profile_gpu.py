@@ -4,10 +4,10 @@ CUDA runtime calls make the host wait for the device or copy to and from it.
 
 Each model (a preset or transformers' MarianMTModel, at `--size`, random weights) is measured in turn:
 
-- training: bench_gpu's step (`bench_gpu.Trainer`: forward with labels, backward and a fused AdamW step under
+- training: bench_gpu's step (`gpu_common.Trainer`: forward with labels, backward and a fused AdamW step under
   bf16 autocast, fp32 weights, train mode) on `--batch-size` sentences of `--source-length` + `--target-length`
   random tokens, no padding;
-- decoding: bench_gpu's greedy `generate` (`bench_gpu.decoder`: bf16 weights, eval mode, inference mode) of
+- decoding: bench_gpu's greedy `generate` (`gpu_common.decoder`: bf16 weights, eval mode, inference mode) of
   `--decode-batch-size` random sources of `--decode-source-length` tokens, exactly `--new-tokens` new tokens
   (`common.exact_length`).
 
@@ -21,7 +21,8 @@ How to read a profile (one per model and phase):
 
 - `device_kernels`, `device_kernel_ms`: kernels the device ran and the sum of their durations (copies and memsets
   are `device_copies`, by name). At small widths a step is launch-bound: its wall time follows the kernel count,
-  not the kernel time; where `device_kernel_ms` is far below `wall_ms` the device waits for the host.
+  not the kernel time; where `device_kernel_ms` is far below `wall_ms` the device waits for the host:
+  `device_busy_share` is `device_kernel_ms / wall_ms` (`device_busy`, which bench_gpu.py reports too).
 - `self_cpu_ms`: the host time inside the events the profiler recorded (operators, autograd's and the optimizer's
   annotated regions, CUDA runtime calls), each instant counted once (their self times summed). Python between
   operators outside those regions is not in it.
@@ -58,9 +59,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import bench_decoding
-import bench_gpu
 import common
 import count_ops
+import gpu_common
+import summarize
 
 
 DEFAULT_MODELS = [common.MARIAN, "base", "hc-sa", "sh-x", "ran-all", "gmm", "hard-dec", "local-all", "syn-r"]
@@ -72,12 +74,13 @@ HOST_WAITS_AND_COPIES = ("Synchronize", "Memcpy")
 # The numbers that get ratios to base and MarianMTModel.
 RATIO_FIELDS = ("wall_ms", "self_cpu_ms", "operator_calls", "device_kernels", "device_kernel_ms", "host_waits")
 CPU_NOTE = "no CUDA device: device kernels, device time and CUDA runtime calls are absent, not zero"
+DEVICE_BUSY_CPU_NOTE = "not applicable on a CPU: the profiler gives kernel times on CUDA only"
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--size", default="transformer-base", choices=list(bench_gpu.GPU_SIZES))
+    parser.add_argument("--size", default="transformer-base", choices=list(gpu_common.GPU_SIZES))
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS, help=f"presets or {common.MARIAN}")
     parser.add_argument("--batch-size", type=int, default=128, help="sentences per training step")
     parser.add_argument("--source-length", type=int, default=48)
@@ -106,7 +109,7 @@ def operator_entry(event, cuda: bool) -> dict:
     return entry
 
 
-def summarize(prof, cuda: bool, top: int) -> dict:
+def profile_summary(prof, cuda: bool, top: int) -> dict:
     """The counts and times of one profile (module docstring); CUDA fields only when `cuda`."""
     events = prof.events()
     averages = prof.key_averages()
@@ -167,7 +170,22 @@ def profiled(function, device: torch.device, top: int) -> dict:
         start = time.perf_counter()
         function()
         wall = time.perf_counter() - start
-    return {"profiled_wall_ms": wall * 1000, **summarize(prof, device.type == "cuda", top)}
+    return {"profiled_wall_ms": wall * 1000, **profile_summary(prof, device.type == "cuda", top)}
+
+
+def device_busy(function, wall_ms: float, device: torch.device) -> dict:
+    """The share of the time the device is busy: the kernel ms of one profiled call of `function` over `wall_ms`
+    (an unprofiled call's: the profiler slows the host); on a CPU not applicable, and said so."""
+    if device.type != "cuda":
+        return {"share": None, "note": DEVICE_BUSY_CPU_NOTE}
+    result = profiled(function, device, top=0)
+    return {
+        "share": result["device_kernel_ms"] / wall_ms,
+        "device_kernel_ms": result["device_kernel_ms"],
+        "wall_ms": wall_ms,
+        "device_kernels": result["device_kernels"],
+        "profiled_wall_ms": result["profiled_wall_ms"],
+    }
 
 
 def measure(function, args, device: torch.device) -> dict:
@@ -175,23 +193,26 @@ def measure(function, args, device: torch.device) -> dict:
     device synchronisation."""
     for _ in range(args.warmup_steps):
         function()
-    walls = [bench_gpu.timed(function, device) * 1000 for _ in range(args.steps)]
-    return {"wall_ms": statistics.median(walls), "wall_ms_runs": walls, **profiled(function, device, args.top)}
+    walls = [gpu_common.timed(function, device) * 1000 for _ in range(args.steps)]
+    result = {"wall_ms": statistics.median(walls), "wall_ms_runs": walls, **profiled(function, device, args.top)}
+    if "device_kernel_ms" in result:
+        result["device_busy_share"] = result["device_kernel_ms"] / result["wall_ms"]
+    return result
 
 
 def profile_model(name: str, args, device: torch.device) -> dict:
     """The training and decoding profiles of one model."""
-    model = count_ops.build("seq2seq", name, bench_gpu.GPU_SIZES[args.size], args.seed)
+    model = count_ops.build("seq2seq", name, gpu_common.GPU_SIZES[args.size], args.seed)
     entry = {"parameters": model.num_parameters()}
-    trainer = bench_gpu.Trainer(copy.deepcopy(model), args, device)
+    trainer = gpu_common.Trainer(copy.deepcopy(model), args, device)
     entry["training"] = measure(trainer.stepper(), args, device)
     trainer = None
-    bench_gpu.free_memory(device)
+    gpu_common.free_memory(device)
     model = model.to(device, torch.bfloat16).eval()
     source = bench_decoding.sources(
         model.config.vocab_size, args.decode_batch_size, args.decode_source_length, args.seed
     ).to(device)
-    entry["decoding"] = measure(bench_gpu.decoder(model, [source], 1, args, device, {}), args, device)
+    entry["decoding"] = measure(gpu_common.decoder(model, [source], 1, args, device, {}), args, device)
     return entry
 
 
@@ -209,67 +230,28 @@ def add_ratios(models: dict) -> None:
                 }
 
 
-def table(data: dict) -> list[str]:
-    """A readable table per phase: times, counts, and kernel (on a CPU operator) ratios to base."""
-    cuda, args = data["cuda"], data["settings"]
-    headings = {
-        "training": f"training step: {args['batch_size']} sentences x {args['source_length']}+{args['target_length']}"
-        " tokens, bf16 autocast, fused AdamW",
-        "decoding": f"greedy generate: {args['decode_batch_size']} sentences x {args['decode_source_length']} "
-        f"tokens, {args['new_tokens']} new tokens, bf16 weights",
-    }
-    count_field = "device_kernels" if cuda else "operator_calls"
-    columns = f"{'model':<14} {'wall ms':>9} {'self CPU ms':>11} {'ATen ops':>9}"
-    if cuda:
-        columns += f" {'kernels':>8} {'kernel ms':>9} {'waits':>6}"
-    columns += f" {'vs base':>8} {'vs Marian':>9}"
-    lines = [f"{data['environment']['device']['name']}, size {args['size']}; wall ms: median of timed runs"]
-    if cuda:
-        lines += [
-            "waits: CUDA runtime calls that block the host or copy; ratios: of device kernels",
-            f"the harness's in every profile: {data['profiler_baseline']['host_waits_and_copies']}",
-        ]
-    else:
-        lines.append(f"{CPU_NOTE}; ratios: of ATen operator calls")
-    for phase in PHASES:
-        lines += ["", headings[phase], columns]
-        for name, entry in data["models"].items():
-            if "error" in entry:
-                lines.append(f"{name:<14} {entry['error'][:100]}")
-                continue
-            result = entry[phase]
-            row = f"{name:<14} {result['wall_ms']:9.1f} {result['self_cpu_ms']:11.1f} {result['operator_calls']:9d}"
-            if cuda:
-                row += f" {result['device_kernels']:8d} {result['device_kernel_ms']:9.1f} {result['host_waits']:6d}"
-            for reference in ("base", common.MARIAN):
-                ratio = result.get(f"vs_{reference}", {}).get(count_field)
-                row += f" {ratio:8.2f}x" if ratio is not None else f" {'':>9}"
-            lines.append(row)
-    return lines
-
-
 def main(argv=None):
     args = parse_args(argv)
     common.setup_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    data = {**common.result_header("profile_gpu", args), "size_fields": bench_gpu.GPU_SIZES[args.size], "cuda": cuda}
+    data = {**common.result_header("profile_gpu", args), "size_fields": gpu_common.GPU_SIZES[args.size], "cuda": cuda}
     if not cuda:
         data["note"] = CPU_NOTE
-    data["environment"]["device"] = bench_gpu.device_description(device)
-    data["profiler_baseline"] = profiled(lambda: bench_gpu.synchronize(device), device, args.top)
+    data["environment"]["device"] = gpu_common.device_description(device)
+    data["profiler_baseline"] = profiled(lambda: gpu_common.synchronize(device), device, args.top)
     data["models"] = {}
     for name in args.models:
         common.progress(f"profiling {name} at size {args.size} on {data['environment']['device']['name']}")
         try:
             data["models"][name] = profile_model(name, args, device)
         except Exception as error:
-            data["models"][name] = {"error": bench_gpu.describe(error)}
-            common.progress(f"{name}: {bench_gpu.describe(error)}")
-        bench_gpu.free_memory(device)
+            data["models"][name] = {"error": gpu_common.describe(error)}
+            common.progress(f"{name}: {gpu_common.describe(error)}")
+        gpu_common.free_memory(device)
         add_ratios(data["models"])
         common.write_json(args.output, data)  # after every model: a run stopped later keeps those before
-    print("\n".join(table(data)))
+    print("\n".join(summarize.profile_gpu_table(data)))
     return data
 
 

@@ -147,37 +147,53 @@ def count_ops(data: dict) -> list[str]:
 
 
 def gpu(data: dict) -> list[str]:
-    """bench_gpu.py: training (eager and compiled), memory, and decoding per cell, with ratios to base and
-    MarianMTModel, and what the time budget left out."""
+    """bench_gpu.py: training (eager and compiled), memory, and decoding per cell (medians, min-max), with ratios to
+    base and MarianMTModel, the device-busy shares, the compiled outputs identical to eager, and what the time budget
+    left out (also the JSON of earlier runs, which compiled training in the training section)."""
     device, settings = data["environment"]["device"], data["settings"]
 
+    def versus(entry: dict | None, key: str) -> str:
+        return f"{entry[key]['ratio_of_medians']:.2f}×" if entry and key in entry else "-"
+
     def speed(entry: dict | None, key: str, scale: float = 1.0, digits: int = 0) -> list[str]:
-        """The figure's median and its ratios to base and MarianMTModel, or the error, or dashes."""
+        """The figure's median (min-max) and its ratios to base and MarianMTModel, or the error, or dashes."""
         if not entry or key not in entry:
             return [entry["error"][:60] if entry and "error" in entry else "-", "-", "-"]
-        ratios = [
-            f"{entry[f'vs_{ref}']['ratio_of_medians']:.2f}×" if f"vs_{ref}" in entry else "-"
-            for ref in ("base", "MarianMTModel")
-        ]
-        return [f"{entry[key]['median'] / scale:.{digits}f}", *ratios]
+        figure = entry[key]
+        spread = f"{figure['median'] / scale:.{digits}f} ({figure['min'] / scale:.{digits}f}-{figure['max'] / scale:.{digits}f})"
+        return [spread, versus(entry, "vs_base"), versus(entry, "vs_MarianMTModel")]
+
+    def versus_base_fastest(entry: dict | None) -> str:
+        """The ratio to base's fastest mode; in runs made before it was measured, to base's same mode, marked so."""
+        if entry and "vs_base_fastest" not in entry and "vs_base" in entry:
+            return versus(entry, "vs_base") + " (same mode)"
+        return versus(entry, "vs_base_fastest")
+
+    def busy(entry: dict | None) -> str:
+        share = (entry or {}).get("device_busy", {}).get("share")
+        return f"{share:.0%}" if share is not None else "-"
 
     lines = [f"**{device['name']}, size {settings['size']}**", ""]
     training, memory = data.get("training", {}).get("models", {}), data.get("memory", {}).get("models", {})
-    if training or memory:
+    compiled_training = data.get("compiled-training", {}).get("models", {})
+    if training or memory or compiled_training:
         cap = settings["memory_cap_gib"]
         lines += [
             f"Training step (bf16 autocast, fused AdamW, {settings['batch_size']} sentences x {settings['source_length']}"
-            f"+{settings['target_length']} tokens): target tokens/s (thousands)",
+            f"+{settings['target_length']} tokens): target tokens/s (thousands), median (min-max); busy: kernel ms / "
+            "wall ms",
             "",
-            "| model | eager | vs base | vs MarianMTModel | compiled | vs base | vs MarianMTModel | compile s "
-            f"| peak GiB | max tokens per batch in {cap} GiB | vs base | vs MarianMTModel |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| model | eager | vs base | vs MarianMTModel | busy | compiled | vs base | vs MarianMTModel | vs eager "
+            f"| compile s | busy | peak GiB | max tokens per batch in {cap} GiB | vs base | vs MarianMTModel |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for name in dict.fromkeys([*training, *memory]):
-            eager, compiled = training.get(name, {}).get("eager"), training.get(name, {}).get("compiled")
-            cells = [name, *speed(eager, "target_tokens_per_second", 1000, 1)]
-            cells += speed(compiled, "target_tokens_per_second", 1000, 1)
+        for name in dict.fromkeys([*training, *compiled_training, *memory]):
+            eager = training.get(name, {}).get("eager")
+            compiled = compiled_training.get(name, {}).get("compiled") or training.get(name, {}).get("compiled")
+            cells = [name, *speed(eager, "target_tokens_per_second", 1000, 1), busy(eager)]
+            cells += speed(compiled, "target_tokens_per_second", 1000, 1) + [versus(compiled, "vs_eager")]
             cells.append(f"{compiled['compile_seconds']:.0f}" if compiled and "compile_seconds" in compiled else "-")
+            cells.append(busy(compiled))
             fit = memory.get(name, {})
             if "max_tokens" in fit:
                 cells += [f"{fit['peak_bytes'] / 2**30:.2f}", str(fit["max_tokens"])]
@@ -192,26 +208,52 @@ def gpu(data: dict) -> list[str]:
     for cell in data.get("decoding", {}).get("cells", []):
         beams = "greedy" if cell["num_beams"] == 1 else f"beam {cell['num_beams']}"
         lines += [
-            f"Decoding (bf16 weights, {settings['new_tokens']} new tokens), batch {cell['batch_size']}, {beams}: sentences/s",
+            f"Decoding (bf16 weights, {settings['new_tokens']} new tokens), batch {cell['batch_size']}, {beams}: "
+            "sentences/s, median (min-max); ratios to base's fastest mode; busy: kernel ms / wall ms",
             "",
-            "| model | eager | vs base | vs MarianMTModel | compiled | vs base | vs MarianMTModel | fastest vs base "
-            "| fastest vs MarianMTModel | compiled: first call s, identical to eager |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| model | eager | vs base fastest | busy | compiled | vs base fastest | vs eager | busy | fastest vs base "
+            "| fastest vs MarianMTModel | compiled: first call s, graphs, identical to eager |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, model in cell["models"].items():
-            compiled = model.get("compiled")
-            cells = [name, *speed(model["eager"], "sentences_per_second", digits=1)]
-            cells += speed(compiled, "sentences_per_second", digits=1)
-            cells += [
-                f"{model['best'][f'vs_{ref}']['ratio_of_medians']:.2f}×" if f"vs_{ref}" in model["best"] else "-"
-                for ref in ("base", "MarianMTModel")
-            ]
+            eager, compiled = model["eager"], model.get("compiled")
+            cells = [name, speed(eager, "sentences_per_second", digits=1)[0], versus_base_fastest(eager)]
+            cells += [busy(eager), speed(compiled, "sentences_per_second", digits=1)[0]]
+            cells += [versus_base_fastest(compiled), versus(compiled, "vs_eager"), busy(compiled)]
+            cells += [versus(model["best"], "vs_base"), versus(model["best"], "vs_MarianMTModel")]
             if compiled:
-                cells.append(f"{compiled['first_call_seconds']:.0f} s, {100 * compiled['identical_to_eager']:.0f}%")
+                graphs = f"{compiled['first_call_graphs']} graphs, " if "first_call_graphs" in compiled else ""
+                cells.append(
+                    f"{compiled['first_call_seconds']:.0f} s, {graphs}{100 * compiled['identical_to_eager']:.0f}%"
+                )
             else:
                 cells.append("; ".join(model.get("compile_errors", {}).values())[:80] or "-")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        if cell.get("graphs_compiled_in_repeats"):
+            lines += [f"- {cell['graphs_compiled_in_repeats']} graphs compiled in the timed repeats (recompiles)", ""]
+        if "note" in cell:
+            lines += [f"- {cell['note']}", ""]
+    identity = data.get("decoding", {}).get("identical_to_eager", {})
+    if identity:
+        lines += [
+            "Compiled decoding: sentences identical to eager",
+            "",
+            "| model | cell | float32 | bf16 |",
+            "|---|---|---|---|",
+        ]
+        for name, entry in identity.items():
+            float32 = f"{entry['float32']:.1%}" if "float32" in entry else entry.get("float32_error", "-")[:60]
+            lines.append(f"| {name} | {entry['cell']} | {float32} | {entry['bfloat16']:.1%} |")
+        lines.append("")
+    notes = {
+        entry["device_busy"]["note"]
+        for section in (training, compiled_training)
+        for model in section.values()
+        for entry in model.values()
+        if isinstance(entry, dict) and "note" in entry.get("device_busy", {})
+    }
+    lines += [f"- busy: {note}" for note in sorted(notes)]
     for name, section in data["sections"].items():
         if section["skipped"]:
             lines.append(f"- {name}: over its time budget, skipped " + ", ".join(section["skipped"]))
@@ -323,12 +365,50 @@ def profile_beam(data: dict) -> list[str]:
     return lines + [""]
 
 
-def profile_gpu(data: dict) -> list[str]:
-    """profile_gpu.py: kernels, device and host time of a training step and a greedy generate, per model (its own
-    table, imported: it needs torch)."""
-    from profile_gpu import table
+def profile_gpu_table(data: dict) -> list[str]:
+    """profile_gpu.py's table per phase: times, counts, the device-busy share (kernel ms / wall ms, CUDA) and kernel
+    (on a CPU operator) ratios to base."""
+    cuda, args = data["cuda"], data["settings"]
+    headings = {
+        "training": f"training step: {args['batch_size']} sentences x {args['source_length']}+{args['target_length']}"
+        " tokens, bf16 autocast, fused AdamW",
+        "decoding": f"greedy generate: {args['decode_batch_size']} sentences x {args['decode_source_length']} "
+        f"tokens, {args['new_tokens']} new tokens, bf16 weights",
+    }
+    count_field = "device_kernels" if cuda else "operator_calls"
+    columns = f"{'model':<14} {'wall ms':>9} {'self CPU ms':>11} {'ATen ops':>9}"
+    if cuda:
+        columns += f" {'kernels':>8} {'kernel ms':>9} {'busy':>5} {'waits':>6}"
+    columns += f" {'vs base':>8} {'vs Marian':>9}"
+    lines = [f"{data['environment']['device']['name']}, size {args['size']}; wall ms: median of timed runs"]
+    if cuda:
+        lines += [
+            "busy: kernel ms / wall ms; waits: CUDA runtime calls that block the host or copy; ratios: of device kernels",
+            f"the harness's in every profile: {data['profiler_baseline']['host_waits_and_copies']}",
+        ]
+    else:
+        lines.append(f"{data['note']}; ratios: of ATen operator calls")
+    for phase in headings:
+        lines += ["", headings[phase], columns]
+        for name, entry in data["models"].items():
+            if "error" in entry:
+                lines.append(f"{name:<14} {entry['error'][:100]}")
+                continue
+            result = entry[phase]
+            row = f"{name:<14} {result['wall_ms']:9.1f} {result['self_cpu_ms']:11.1f} {result['operator_calls']:9d}"
+            if cuda:
+                row += f" {result['device_kernels']:8d} {result['device_kernel_ms']:9.1f}"
+                row += f" {result['device_kernel_ms'] / result['wall_ms']:5.0%} {result['host_waits']:6d}"
+            for reference in ("base", "MarianMTModel"):
+                ratio = result.get(f"vs_{reference}", {}).get(count_field)
+                row += f" {ratio:8.2f}x" if ratio is not None else f" {'':>9}"
+            lines.append(row)
+    return lines
 
-    return ["```", *table(data), "```", ""]
+
+def profile_gpu(data: dict) -> list[str]:
+    """profile_gpu.py: kernels, device and host time of a training step and a greedy generate, per model."""
+    return ["```", *profile_gpu_table(data), "```", ""]
 
 
 def main(argv=None):

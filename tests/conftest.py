@@ -132,10 +132,11 @@ def sampling_tolerance(spread: float, draws: int) -> float:
     return 6 * spread / draws**0.5
 
 
-def cached_steps(model, source, source_mask, target) -> tuple[torch.Tensor, object]:
-    """The logits of decoding `target` one token a step with the cache, (batch, target_len, vocab), and the cache."""
+def cached_steps(model, source, source_mask, target, cache=None) -> tuple[torch.Tensor, object]:
+    """The logits of decoding `target` one token a step with the cache (a new one, or `cache`), (batch, target_len,
+    vocab), and the cache."""
     encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
-    cache, steps = None, []
+    steps = []
     for position in range(target.shape[1]):
         output = model(
             encoder_outputs=encoder_outputs,

@@ -459,6 +459,7 @@ def test_gpu_benchmark_largest_batch_search():
 
 
 def test_gpu_benchmark_compiles_the_chosen_models_base_first():
+    assert bench_gpu.parse_args([]).batch_size == 521  # 25,008 target tokens of 48 a sentence
     assert bench_gpu.compile_order(["gmm", "mine", "hc-sa", "base"], None) == ["base", "hc-sa", "gmm", "mine"]
     assert bench_gpu.compile_order(["gmm", "hc-sa", "base"], ["hc-sa", "base"]) == ["base", "hc-sa"]
     with pytest.raises(SystemExit, match="--compile-models: sh-x not among --models \\(base, hc-sa\\)"):
@@ -477,14 +478,16 @@ def test_gpu_benchmark(tmp_path):
     )
     data = load(output)
     assert data["environment"]["device"]["type"] == "cpu" and data["build_errors"] == {}
-    assert list(data["sections"]) == ["training", "memory", "decoding"]
+    assert list(data["sections"]) == ["training", "memory", "decoding"]  # --no-compile: no compiled-training
     assert all(section["skipped"] == [] for section in data["sections"].values())
+    not_applicable = {"share": None, "note": profile_gpu.DEVICE_BUSY_CPU_NOTE}
 
     training = data["training"]["models"]
-    assert list(training) == models and all("compiled" not in model for model in training.values())
+    assert list(training) == models and all(list(model) == ["parameters", "eager"] for model in training.values())
     assert training["base"]["eager"]["vs_base"]["ratio_of_medians"] == 1.0
     assert training["sh-x"]["eager"]["vs_MarianMTModel"]["paired"]["n"] == 2
     assert training["sh-x"]["eager"]["target_tokens_per_second"]["n"] == 2
+    assert training["sh-x"]["eager"]["device_busy"] == not_applicable
 
     memory = data["memory"]["models"]
     for model in memory.values():
@@ -504,8 +507,55 @@ def test_gpu_benchmark(tmp_path):
         assert list(cell["models"]) == models
         assert cell["models"]["sh-x"]["eager"]["sentences_per_second"]["n"] == 2
         assert cell["models"]["base"]["best"]["vs_base"]["ratio_of_medians"] == 1.0
+        assert cell["models"]["sh-x"]["eager"]["vs_base_fastest"] == cell["models"]["sh-x"]["best"]["vs_base"]
+    assert cells[0]["models"]["sh-x"]["eager"]["device_busy"] == not_applicable  # profiled: the first cell only
+    assert "device_busy" not in cells[1]["models"]["sh-x"]["eager"]
     # The targets measured at this size: training and memory (the decoding ones are at batch 64).
     assert [check["check"].split(" ")[0] for check in data["targets"]] == ["sh-x", "base", "sh-x"]
+
+
+def test_gpu_benchmark_compiled(tmp_path):
+    """Compiled training, and decoding with the static cache and a CompileConfig as users compile it, for base and
+    the anchor, MarianMTModel (dynamo's eager backend: the harness is tested here, not inductor)."""
+    output = tmp_path / "gpu.json"
+    models, compiled = ["MarianMTModel", "base", "sh-x"], ["base", "MarianMTModel"]  # in compile order
+    bench_gpu.main(
+        ["--device", "cpu", "--size", "tiny", "--models", *models, "--compile-models", *compiled, "--threads", "1"]
+        + ["--sections", "compiled-training", "decoding", "--compile-backend", "eager", "--batch-size", "4"]
+        + ["--source-length", "6", "--target-length", "5", "--warmup-steps", "1", "--steps", "2"]
+        + ["--decode-batch-sizes", "2", "--beams", "1", "2", "--decode-source-length", "5", "--new-tokens", "3"]
+        + ["--decode-repeats", "2", "--output", str(output)]
+    )
+    data = load(output)
+    assert list(data["sections"]) == ["compiled-training", "decoding"]
+    assert all(section["skipped"] == [] for section in data["sections"].values())
+    not_applicable = {"share": None, "note": profile_gpu.DEVICE_BUSY_CPU_NOTE}
+
+    compiled_training = data["compiled-training"]["models"]
+    assert list(compiled_training) == compiled
+    for model in compiled_training.values():
+        assert model["compiled"]["target_tokens_per_second"]["n"] == model["eager"]["step_seconds"]["n"] == 2
+        assert model["compiled"]["vs_eager"]["paired"]["n"] == 2 and model["compiled"]["compile_seconds"] > 0
+        assert model["compiled"]["device_busy"] == not_applicable
+    assert compiled_training["MarianMTModel"]["compiled"]["vs_base"]["paired"]["n"] == 2
+
+    cells = data["decoding"]["cells"]
+    assert [(cell["batch_size"], cell["num_beams"]) for cell in cells] == [(2, 1), (2, 2)]
+    assert "note" not in cells[0] and "eagerly" in cells[1]["note"]
+    for cell in cells:
+        assert cell["graphs_compiled_in_repeats"] == 0  # one graph per cell, compiled in its first call
+        assert "compiled" not in cell["models"]["sh-x"]
+        for name in compiled:
+            entry = cell["models"][name]["compiled"]
+            assert entry["method"].startswith("generate(cache_implementation='static'")
+            assert entry["sentences_per_second"]["n"] == 2 and "vs_base_fastest" in entry
+            # Greedy steps are compiled, beam search's run eagerly (transformers 5.24).
+            assert (entry["first_call_graphs"] > 0) == (cell["num_beams"] == 1), (name, cell["num_beams"])
+    assert cells[0]["models"]["MarianMTModel"]["compiled"]["device_busy"] == not_applicable
+    identity = data["decoding"]["identical_to_eager"]
+    assert list(identity) == compiled
+    for entry in identity.values():  # dynamo's eager backend runs eager's operators, on the static cache
+        assert (entry["cell"], entry["float32"], entry["bfloat16"]) == ("batch 2 greedy", 1.0, 1.0)
 
 
 def test_gpu_profile_on_a_cpu(tmp_path, capsys):

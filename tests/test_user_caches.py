@@ -1,7 +1,8 @@
 """Caches built the transformers way (`DynamicCache(config=...)`, `DynamicCache()`,
 `EncoderDecoderCache(DynamicCache(), DynamicCache())`) work with every attention family, in greedy and beam search and
 step by step: the model takes them over in place (`cache.decoder_cache_for`). What cannot hold a family's decoding
-state (a `StaticCache`, a cache another model filled) is refused with an error naming it and what to pass instead.
+state (a cache another model filled) is refused with an error naming it and what to pass instead. Static caches:
+tests/test_static_cache.py.
 """
 
 import re
@@ -10,7 +11,7 @@ import pytest
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, StaticCache
 
-from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer, decoder_families
+from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer
 
 from conftest import TINY_MARIAN, make_model
 
@@ -194,26 +195,15 @@ def test_a_cache_of_transformers_layers_filled_elsewhere_is_refused_where_it_lac
     assert all(type(layer).__name__ == "DynamicLayer" for layer in cache.self_attention_cache.layers)
 
 
-def static_cache(model) -> EncoderDecoderCache:
-    return EncoderDecoderCache(
+def test_a_static_cache_filled_elsewhere_is_refused():
+    model = make_model("hc-sa")
+    cache = EncoderDecoderCache(
         StaticCache(config=model.config, max_cache_len=16), StaticCache(config=model.config, max_cache_len=7)
     )
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_a_static_cache_is_refused_naming_the_family_and_what_to_pass(case):
-    preset, layout = CASES[case]
-    model = make_model(preset, layout)
-    layout_name = f"preset '{preset}'" if preset else "this attention layout"
-    families = re.escape(", ".join(decoder_families(model.config)))
-    message = rf"StaticCache is not supported .*{layout_name} \(decoder families: {families}\).*model\.new_cache\(\)"
-    with torch.no_grad():
-        with pytest.raises(ValueError, match=message):
-            generate(model, 1, cache=static_cache(model))
-        with pytest.raises(ValueError, match=message):
-            model(input_ids=SOURCE, decoder_input_ids=TARGET, cache=static_cache(model), use_cache=True)
-        with pytest.raises(ValueError, match=r"cache_implementation='static' builds a StaticCache, which is not"):
-            generate(model, 1, cache_implementation="static")
+    cache.self_attention_cache.update(torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8), 0)
+    message = r"\(StaticCache\) already holds keys and values at layer 0.*only an empty DynamicCache or StaticCache"
+    with torch.no_grad(), pytest.raises(ValueError, match=message):
+        model(input_ids=SOURCE, decoder_input_ids=TARGET, cache=cache, use_cache=True)
 
 
 def test_a_legacy_tuple_cache_is_refused():
@@ -228,3 +218,34 @@ def test_an_unknown_attn_implementation_is_refused_in_transformers_words():
     with pytest.raises(ValueError, match=re.escape('Specified `attn_implementation="foo"` is not supported')):
         model.set_attn_implementation("foo")
     assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("preset", ["sh-x", "base-no-sa", "hc-sa", "hard-dec"])
+def test_prompt_lookup_and_assisted_decoding_with_attentions_equal_greedy(preset):
+    """They crop the cache (windowed hard-coded heads keep every position until then) and split the weights per token
+    (absent sublayers give weights of zero heads)."""
+    model = make_model(preset)
+    source = SOURCE[:1, :4]
+    with torch.no_grad():
+        greedy = model.generate(input_ids=source, max_new_tokens=12)
+        prompt = greedy[:, :6]  # repeats itself with these weights: prompt lookup proposes tokens, some rejected
+        expected = model.generate(input_ids=source, decoder_input_ids=prompt, max_new_tokens=6)
+        for mode in ({"prompt_lookup_num_tokens": 3}, {"assistant_model": make_model("base")}):
+            output = model.generate(
+                input_ids=source,
+                decoder_input_ids=prompt,
+                max_new_tokens=6,
+                output_attentions=True,
+                return_dict_in_generate=True,
+                **mode,
+            )
+            torch.testing.assert_close(output.sequences, expected, rtol=0, atol=0)
+            for layer, weights in enumerate(output.cross_attentions[-1]):
+                heads = 0 if model.config.attention_layout["cross"][layer] is None else weights.shape[1]
+                assert weights.shape[1] == heads and weights.shape[-1] == source.shape[1]
+
+
+def test_prompt_lookup_decoding_is_refused_where_the_decoding_state_cannot_be_cropped():
+    model = make_model("gmm-synthesis")
+    with torch.no_grad(), pytest.raises(ValueError, match=r"prompt-lookup decoding .*synthesis network"):
+        model.generate(input_ids=SOURCE[:1], max_new_tokens=4, prompt_lookup_num_tokens=3)

@@ -27,7 +27,7 @@ class DotProductHeads(AttentionHeads):
             # SDPA runs without a mask tensor when every query sees every key, or as its own causal kernel when the
             # queries are every position of an unpadded sequence (no cache).
             mask, is_causal = None, False
-            if context.key_padding_mask is None and context.is_causal and query.shape[-2] == key.shape[-2]:
+            if context.uses_causal_kernel(key.shape[-2]):
                 is_causal = True
             elif not context.sees_every_key():
                 mask = context.attention_bias(key.shape[-2], query.dtype)

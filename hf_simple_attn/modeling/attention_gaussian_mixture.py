@@ -245,6 +245,14 @@ class GaussianMixtureHeads(AttentionHeads):
         self.output_block = [[[float(net == row)] for net in range(num_networks)] for row in output_rows]
         self.network_weights_memo = None  # (parameters, their versions, weights) of `network_weights`
 
+    @classmethod
+    def rolls_back(cls, spec: GroupSpec) -> str | None:
+        if spec["normalization"] == "none":
+            return (
+                "the synthesis network (normalization 'none') keeps only the running sum of its means, not per token"
+            )
+        return None
+
     def mixture_parameters(
         self, query: torch.Tensor, source_length: torch.Tensor, context: AttentionContext
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -277,19 +285,22 @@ class GaussianMixtureHeads(AttentionHeads):
     def synthesis_means(self, mean_steps: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         """μ_i = μ_{i-1} + exp(μ̂_i), μ_{-1} = 0: running sums over the target positions (dim 2).
 
-        While decoding with a cache, μ of the last decoded position is kept in the decoding state.
+        While decoding with a cache, μ of the last decoded position is kept in the decoding state: written in place
+        with a static cache (positions held on the device), so that its buffer keeps its identity from step to step.
         """
         means = mean_steps.cumsum(dim=2)  # (batch, heads, q_len, K)
         state = context.decoding_state
         if state is not None and self.state_name in state:
             means = means + state[self.state_name][:, :, None, :]
-        elif not is_exporting() and context.query_start != 0:
+        elif not is_exporting() and context.query_start not in (0, None):
             raise RuntimeError(
                 "gaussian_mixture with normalization 'none' (the synthesis network) accumulates its means over the "
                 "target positions; decoding from a later position needs the cache that holds the running sum: pass "
                 "on the `EncoderDecoderCache` the model returned as `outputs.cache`"
             )
-        if state is not None:
+        if state is not None and context.query_start is None and self.state_name in state:
+            state[self.state_name].copy_(means[:, :, -1, :])
+        elif state is not None:
             state[self.state_name] = means[:, :, -1, :]
         return means
 

@@ -28,6 +28,10 @@ While exporting, the fast path has no memo: self attention is the same convoluti
 the kernel's taps of the zero-padded values whose keys end at the last query (so a decoding step also
 reads a sliding window of the last `decoding_lookback` values), and cross attention computes its table
 from the query positions.
+
+With a static cache (positions held on the device, `AttentionContext.query_start` None) both sites take the reference
+path: a step's table (heads, 1, k_len) is made in the graph from the positions, over every slot of the cache (windowed
+heads mask by their window, unwritten slots are cut by the causal mask), so every step has the same shapes.
 """
 
 import math
@@ -211,13 +215,14 @@ class HardCodedGaussianHeads(AttentionHeads):
             weights = weights * (key_positions <= query_positions.to(torch.float64)[None, :, None])
         return weights
 
-    def key_positions(self, query_positions: torch.Tensor, key_length: int) -> torch.Tensor:
+    def key_positions(self, context: AttentionContext, key_length: int) -> torch.Tensor:
         """Absolute positions of the keys. Self-attention keys end at the last query, whether the
-        cache holds every earlier position or only the last few (see `decoding_lookback`)."""
-        positions = torch.arange(key_length, device=query_positions.device)
-        if self.site == "cross":
+        cache holds every earlier position or only the last few (see `decoding_lookback`), or are a static cache's
+        slots from position 0."""
+        positions = torch.arange(key_length, device=context.device)
+        if self.site == "cross" or context.query_start is None:
             return positions
-        return positions + (query_positions[-1] + 1 - key_length)
+        return positions + (context.query_positions[-1] + 1 - key_length)
 
     def spec_key(self) -> tuple:
         spec = self.spec
@@ -287,7 +292,7 @@ class HardCodedGaussianHeads(AttentionHeads):
                 before = key_padding_mask.new_zeros(value.shape[0], key_length)
                 key_padding_mask = torch.cat([before, key_padding_mask], dim=1)
             key_padding_mask = key_padding_mask[:, key_padding_mask.shape[1] - key_length :]
-        if output_attentions or not self.fast_path:
+        if output_attentions or not self.fast_path or context.query_start is None:
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
         if context.padded_values_zeroed:
             key_padding_mask = None  # zeroed once, when the cross-attention cache was filled
@@ -298,7 +303,7 @@ class HardCodedGaussianHeads(AttentionHeads):
             positions = context.query_positions
             table = memoised(
                 ("cross", self.spec_key(), start, query_length, key_length, value.dtype, value.device),
-                lambda: self.weight_table(positions, self.key_positions(positions, key_length), False).to(value.dtype),
+                lambda: self.weight_table(positions, self.key_positions(context, key_length), False).to(value.dtype),
             )
             return apply_table(table, zero_padding(value, key_padding_mask)), None
         return self.self_attention(value, key_padding_mask, start, query_length, context.is_causal), None
@@ -359,7 +364,7 @@ class HardCodedGaussianHeads(AttentionHeads):
         value = zero_padding(value, key_padding_mask)
         positions = context.query_positions
         if self.site == "cross":
-            table = self.weight_table(positions, self.key_positions(positions, value.shape[-2]), False)
+            table = self.weight_table(positions, self.key_positions(context, value.shape[-2]), False)
             # A table per example: a broadcast product would make the exported program refuse a batch of one.
             return torch.matmul(table.to(value.dtype).repeat(value.shape[0], 1, 1, 1), value)
         return self.convolve(value, positions.shape[0], context.is_causal)
@@ -383,7 +388,7 @@ class HardCodedGaussianHeads(AttentionHeads):
     def reference_forward(self, value, context: AttentionContext, key_padding_mask, output_attentions):
         """The full (heads, q_len, k_len) weight table times the (padding-zeroed) values."""
         positions = context.query_positions
-        key_positions = self.key_positions(positions, value.shape[-2])
+        key_positions = self.key_positions(context, value.shape[-2])
         weights = self.weight_table(positions, key_positions, context.is_causal).to(value.dtype)
         output = torch.matmul(weights[None], zero_padding(value, key_padding_mask))
         if not output_attentions:

@@ -185,7 +185,7 @@ class HardRetrievalHeads(AttentionHeads):
             probabilities = torch.softmax(scores, dim=-1, dtype=torch.float32)
             index = sample(probabilities).view(query.shape[:-1])  # (batch, heads, q_len)
         # As `dot`: SDPA's own causal kernel when the queries are every position of an unpadded sequence.
-        is_causal = context.key_padding_mask is None and context.is_causal and query_length == key_length
+        is_causal = context.uses_causal_kernel(key_length)
         soft_output = nn.functional.scaled_dot_product_attention(
             query, key, value.detach(), attn_mask=None if is_causal else bias, is_causal=is_causal
         )

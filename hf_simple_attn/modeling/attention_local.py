@@ -36,7 +36,8 @@ depends on the positions and lengths only and is kept across forwards (`fused_pa
 in one `where` per forward. With `renormalize` and no `global` head, long sequences never form the (q_len, k_len)
 scores: each query is scored against the keys at the distances its heads may see (the union of their bands,
 `taps`), one shifted elementwise product per distance, and the values are summed the same way: O(n·taps) time and
-memory (`banded`).
+memory (`banded`). With a static cache (positions held on the device) the pattern is made in each step from them
+(`fused`, never `banded`, which shifts by Python positions).
 """
 
 import re
@@ -264,7 +265,8 @@ class LocalMaskHeads(AttentionHeads):
         # query: (batch, sets, q_len, d); key: (batch, sets, k_len, d); value: (batch, heads, k_len, d)
         key_length = key.shape[-2]
         if self.fast_path and not output_attentions and not is_exporting():
-            if self.taps is not None and key_length >= BANDED_MIN_KEYS_PER_TAP * len(self.taps):
+            banded = self.taps is not None and key_length >= BANDED_MIN_KEYS_PER_TAP * len(self.taps)
+            if banded and context.query_start is not None:
                 return self.banded(query, key, value, context), None
             return self.fused(query, key, value, context), None
         allowed = context.allowed_keys(key_length)  # (batch or 1, 1, q_len, k_len)
@@ -367,7 +369,8 @@ class LocalMaskHeads(AttentionHeads):
 
     def kept_pattern(self, context: AttentionContext, key_length: int, dtype: torch.dtype) -> torch.Tensor:
         """`fused_pattern` of this group's masks at the context's positions, kept across forwards within
-        `PATTERN_MEMO_BYTES`; built in the graph while compiling."""
+        `PATTERN_MEMO_BYTES`; built in the graph while compiling, and in each forward at positions held on the
+        device."""
         masks, renormalize = self.spec["masks"], self.spec["renormalize"]
         positions = AttentionContext(
             None, context.query_start, context.query_length, context.is_causal, context.device
@@ -375,6 +378,10 @@ class LocalMaskHeads(AttentionHeads):
 
         def build():
             return fused_pattern(masks, renormalize, positions, key_length, dtype)
+
+        if context.query_start is None:
+            positions.shared_tensors[("positions",)] = context.query_positions
+            return build()
 
         memo_key = (
             tuple(masks),

@@ -38,8 +38,8 @@ def dot_product_scores(query: torch.Tensor, key: torch.Tensor, context: Attentio
 def kept_attention_bias(context: AttentionContext, key_length: int, dtype: torch.dtype) -> torch.Tensor:
     """`context.attention_bias` (batch or 1, 1, q_len, k_len), kept across forwards when it depends on positions only
     (no attention mask: the causal mask, or none), as `python_constant` keeps a constant; made in the graph while
-    compiling, and per forward with padding."""
-    if context.key_padding_mask is not None:
+    compiling, and per forward with padding or positions held on the device (a static cache)."""
+    if context.key_padding_mask is not None or context.query_start is None:
         return context.attention_bias(key_length, dtype)
     key = (context.query_start, context.query_length, key_length, context.is_causal, dtype, str(context.device))
     return _biases.kept(key, lambda: context.attention_bias(key_length, dtype), BIASES_BYTES)

@@ -22,7 +22,8 @@ and no transition.
 
 Both families take the softmax over the allowed keys only (the causal mask in the decoder,
 padded keys removed), so a padded batch equals each example alone; a cached decoding step at
-position t uses row t. Values and the output are projected as usual; there is no query or key
+position t uses row t (read at the position a static cache holds on the device, `query_rows`; such a cache's slots
+past `max_positions` are never written and are left out). Values and the output are projected as usual; there is no query or key
 projection. Inputs longer than `max_positions` raise a `ValueError`.
 
 Fast path (`output_attentions` and exports take each layer's own softmax, the reference path): in inference
@@ -125,6 +126,14 @@ def check_sequence_length(length: int, max_positions: int, kind: str, site: str)
         )
 
 
+def query_rows(logits: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+    """The rows (..., q_len, M) of logits (..., rows, M) that the queries read: row i for the query at position i,
+    selected on the device when the position is held there (a static cache)."""
+    if context.query_start is None:
+        return logits.index_select(-2, context.query_positions)
+    return logits[..., context.query_start : context.query_start + context.query_length, :]
+
+
 def position_weights(logits: torch.Tensor, context: AttentionContext, key_length: int, dtype) -> torch.Tensor:
     """softmax of the logits over the allowed keys, in `dtype`: (..., batch or 1, heads, q_len, k_len).
 
@@ -133,8 +142,7 @@ def position_weights(logits: torch.Tensor, context: AttentionContext, key_length
     columns cover everything (a cached step at position t reads row t). The softmax runs in the logits' dtype
     (float32 under autocast); only the weights are cast to the values' dtype.
     """
-    start = context.query_start
-    scores = logits[..., start : start + context.query_length, :key_length].unsqueeze(-4)  # (..., 1, heads, q, k)
+    scores = query_rows(logits, context)[..., :key_length].unsqueeze(-4)  # (..., 1, heads, q, k)
     if not context.sees_every_key():
         scores = scores + kept_attention_bias(context, key_length, scores.dtype)  # (..., batch or 1, heads, q, k)
     return torch.softmax(scores, dim=-1).to(dtype)
@@ -176,15 +184,14 @@ def logit_attention(
     """
     batch_size, num_heads, key_length, head_dim = value.shape
     width = query_width(key_length, head_dim, logits.shape[-1])
-    start = context.query_start
     # Positions first, as the projections lay the values out (one copy, under autocast the cast to the values' dtype):
     # SDPA's CPU kernel lays its output out like its queries, so that the merge of the heads is then a view.
-    query = logits[:, start : start + context.query_length, :width].transpose(0, 1).to(value.dtype).contiguous()
+    query = query_rows(logits, context)[..., :width].transpose(0, 1).to(value.dtype).contiguous()
     query = query.transpose(0, 1).unsqueeze(0).expand(batch_size, -1, -1, -1)  # (batch, heads, q_len, width)
     key = identity_keys(key_length, width, value).expand(batch_size, num_heads, -1, -1)  # (batch, heads, k_len, width)
     # As `dot`: SDPA's own causal kernel when the queries are every position of an unpadded sequence.
     mask, is_causal = None, False
-    if context.key_padding_mask is None and context.is_causal and context.query_length == key_length:
+    if context.uses_causal_kernel(key_length):
         is_causal = True
     elif not context.sees_every_key():
         mask = kept_attention_bias(context, key_length, value.dtype)
@@ -374,9 +381,9 @@ class RecurrentAttentionState(AttentionStackState):
         self.update_cache()
         return self._cached_layer_logits[layer]
 
-    def all_layer_logits(self, rows: int) -> torch.Tensor:
-        """Every RAN layer's logits at once, while the layers share a chain: (L, heads, rows, M) in the graph,
-        (L, heads, M, M) from the cache otherwise."""
+    def all_layer_logits(self, rows: int | None) -> torch.Tensor:
+        """Every RAN layer's logits at once, while the layers share a chain: (L, heads, rows, M) in the graph (all M
+        rows for None), (L, heads, M, M) from the cache otherwise."""
         if self.in_graph():
             return torch.stack(self.chain(self.num_layers, rows))
         self.update_cache()
@@ -443,8 +450,8 @@ class PositionLogitsHeads(AttentionHeads):
 
     def memoised_weights(self, context: AttentionContext, key_length: int, dtype) -> torch.Tensor | None:
         """This layer's weights (1, heads, q_len, k_len) from the memo, in inference without an attention mask (not
-        while compiling); None elsewhere."""
-        if self.training or context.key_padding_mask is not None or is_compiling():
+        while compiling, nor at a position held on the device); None elsewhere."""
+        if self.training or context.key_padding_mask is not None or context.query_start is None or is_compiling():
             return None
         logits = self.position_logits(context)
         if torch.is_grad_enabled() and logits.requires_grad:
@@ -473,6 +480,8 @@ class PositionLogitsHeads(AttentionHeads):
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # value: (batch, heads, k_len, d); query and key are None (no query/key projection)
+        if context.query_start is None:
+            value = value[:, :, : self.spec["max_positions"]]  # a static cache's slots that no position reaches
         batch_size, _, key_length, _ = value.shape
         check_sequence_length(key_length, self.spec["max_positions"], self.kind, self.site)
         dropout = self.attention_dropout if self.training else 0.0
@@ -606,7 +615,7 @@ class RecurrentHeads(PositionLogitsHeads):
         state = self.stack_state(context)
         if not (state.in_graph() and state.shares_chain):
             return self.position_logits(context)
-        rows = context.query_start + context.query_length
+        rows = None if context.query_start is None else context.query_start + context.query_length
         return context.shared(("recurrent logits", rows), lambda: tuple(state.chain(state.num_layers, rows)))[
             self.family_layer_idx
         ]
@@ -621,7 +630,8 @@ class RecurrentHeads(PositionLogitsHeads):
             return None
 
         def build() -> tuple[torch.Tensor, ...]:
-            logits = state.all_layer_logits(context.query_start + context.query_length)  # (L, heads, rows, M)
+            rows = None if context.query_start is None else context.query_start + context.query_length
+            logits = state.all_layer_logits(rows)  # (L, heads, rows, M)
             weights = position_weights(logits, context, key_length, dtype)  # (L, batch or 1, heads, q, k)
             if dropout_batch is not None:
                 # Expanded once for all layers: backward sums over the batch once, not once per layer.

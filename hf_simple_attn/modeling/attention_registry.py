@@ -106,10 +106,15 @@ class AttentionContext:
     """What a family may need besides queries, keys and values.
 
     Positions and lengths are Python ints that the model knows from shapes and the cache's length, never read from
-    tensors, so that no forward waits for the device or breaks a compiled graph.
+    tensors, so that no forward waits for the device or breaks a compiled graph; with a static cache the position is
+    held on the device instead (`query_start` None), so that every decoding step has the same shapes.
 
     key_padding_mask: (batch, key_len) bool, True at real tokens; None when the model was given no attention mask.
-    query_start: the absolute position of the first query (the number of cached positions before it).
+    query_start: the absolute position of the first query (the number of cached positions before it); None with a
+        static cache (`cache.SimpleAttnStaticLayer`), whose position is a tensor: the queries are then at
+        `query_positions` (given in `shared_tensors`), and self-attention keys are the cache's slots at positions
+        0 .. max_cache_len - 1, those after the last query not written yet (the causal mask hides them); the key
+        padding mask then covers those slots too.
     query_length: the number of queries.
     is_causal: whether a query may only see keys at positions <= its own.
     device: where the position tensors are made.
@@ -127,7 +132,7 @@ class AttentionContext:
     """
 
     key_padding_mask: torch.Tensor | None
-    query_start: int
+    query_start: int | None
     query_length: int
     is_causal: bool
     device: torch.device | str = "cpu"
@@ -155,8 +160,21 @@ class AttentionContext:
 
     def sees_every_key(self) -> bool:
         """Whether every query may see every key, so that no mask is needed: no attention mask was given and the
-        queries are not causal, or there is a single (last) query, as in a cached decoding step."""
-        return self.key_padding_mask is None and (not self.is_causal or self.query_length == 1)
+        queries are not causal, or there is a single (last) query, as in a cached decoding step (not with a static
+        cache, whose slots after the query are not written yet)."""
+        if self.key_padding_mask is not None:
+            return False
+        return not self.is_causal or (self.query_length == 1 and self.query_start is not None)
+
+    def uses_causal_kernel(self, key_length: int) -> bool:
+        """Whether the queries are every key's position of an unpadded causal sequence, so that a causal kernel
+        (SDPA's `is_causal`) needs no mask tensor."""
+        return (
+            self.key_padding_mask is None
+            and self.is_causal
+            and self.query_start is not None
+            and self.query_length == key_length
+        )
 
     def attention_bias(self, key_length: int, dtype: torch.dtype) -> torch.Tensor:
         """`allowed_keys` as an additive mask: 0 where allowed, the dtype's minimum elsewhere (as transformers
@@ -177,11 +195,13 @@ class AttentionContext:
     def build_allowed_keys(self, key_length: int) -> torch.Tensor:
         allowed = None
         if self.is_causal:
-            first_key = max(0, self.query_start + self.query_length - key_length)
+            first_key = 0 if self.query_start is None else max(0, self.query_start + self.query_length - key_length)
             key_positions = torch.arange(first_key, first_key + key_length, device=self.device)
             allowed = (key_positions[None, :] <= self.query_positions[:, None])[None, None]
         if self.key_padding_mask is not None:
-            padding = self.key_padding_mask[:, None, None, -key_length:]
+            # A static cache's slots start at position 0 (and may be fewer than the mask's: `recurrent`).
+            keys = slice(None, key_length) if self.query_start is None else slice(-key_length, None)
+            padding = self.key_padding_mask[:, None, None, keys]
             allowed = padding if allowed is None else allowed & padding
         if allowed is None:
             allowed = torch.ones(1, 1, self.query_length, key_length, dtype=torch.bool, device=self.device)
@@ -303,6 +323,12 @@ class AttentionHeads(nn.Module):
     @classmethod
     def build_stack_state(cls, config, site: str, layer_specs: list[LayerSpec | None]) -> AttentionStackState | None:
         """A module shared by all layers of one stack (e.g. RAN's initial matrices), or None."""
+        return None
+
+    @classmethod
+    def rolls_back(cls, spec: GroupSpec) -> str | None:
+        """Why a decoding cache of this group cannot be cropped (assisted and prompt-lookup decoding roll rejected
+        tokens back), or None when it can: keys and values alone are cropped, per-step state is not."""
         return None
 
     def decoding_lookback(self, dtype: torch.dtype) -> int | None:

@@ -13,7 +13,6 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationMode
-from transformers.generation.configuration_utils import ALL_STATIC_CACHE_IMPLEMENTATIONS
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -27,7 +26,16 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import SimpleAttention, query_key_ties
 from .attention_registry import AttentionContext
-from .cache import decoder_cache_for, describe_layout, new_decoder_cache
+from .cache import (
+    cache_slots,
+    decoder_cache_for,
+    describe_layout,
+    is_static,
+    new_decoder_cache,
+    rollback_refusal,
+    static_attention_mask,
+    static_positions,
+)
 from .candidate_vocabulary import CandidateVocabulary, beam_fill_token
 from .configuration_simple_attn import SimpleAttnMarianConfig
 from .fused_cross_entropy import chunked_cross_entropy
@@ -288,11 +296,18 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
             cache = decoder_cache_for(self.config, cache)
         if not use_cache:
             cache = None
-        past_length = cache.get_seq_length() if cache is not None else 0
-        if input_ids is not None:
-            check_inputs(input_ids, "decoder_input_ids", attention_mask, "decoder_attention_mask", past_length)
+        # A static cache holds its length on the device: the positions are a tensor, never read on the host.
+        static = cache is not None and is_static(cache)
+        past_length = None if static else cache.get_seq_length() if cache is not None else 0
+        inputs, inputs_name = (
+            (input_ids, "decoder_input_ids") if input_ids is not None else (inputs_embeds, "decoder_inputs_embeds")
+        )
+        if static:
+            check_inputs(inputs, inputs_name, None, "decoder_attention_mask")
+            if attention_mask is not None:
+                attention_mask = static_attention_mask(cache, attention_mask, inputs.shape[0])
         else:
-            check_inputs(inputs_embeds, "decoder_inputs_embeds", attention_mask, "decoder_attention_mask", past_length)
+            check_inputs(inputs, inputs_name, attention_mask, "decoder_attention_mask", past_length)
         if encoder_hidden_states is not None:
             check_inputs(encoder_hidden_states, "encoder_hidden_states", encoder_attention_mask, "attention_mask")
         if inputs_embeds is None:
@@ -300,14 +315,17 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         inputs_embeds = inputs_embeds * self.embed_scale
 
         query_length = inputs_embeds.shape[1]
-        query_positions = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)
+        if static:
+            query_positions = static_positions(cache, query_length, inputs_embeds.device)
+        else:
+            query_positions = torch.arange(past_length, past_length + query_length, device=inputs_embeds.device)
         hidden_states = inputs_embeds + self.embed_positions(inputs_embeds.shape[:-1], position_ids=query_positions)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
 
         self_context, cross_context = (
             AttentionContext(
                 key_padding_mask=padding_mask_or_none(mask),
-                query_start=past_length,
+                query_start=past_length,  # None with a static cache
                 query_length=query_length,
                 is_causal=is_causal,
                 device=inputs_embeds.device,
@@ -319,6 +337,16 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_self_attentions = () if output_attentions else None
         all_cross_attentions = () if output_attentions else None
+        if output_attentions:
+            # Weights of zero heads where a sublayer is absent, shaped as the others (what `generate`'s assisted
+            # decoding splits per token).
+            self_key_length = cache_slots(cache) if static else past_length + query_length
+            no_self_heads = hidden_states.new_zeros(hidden_states.shape[0], 0, query_length, self_key_length)
+            no_cross_heads = None
+            if encoder_hidden_states is not None:
+                no_cross_heads = hidden_states.new_zeros(
+                    hidden_states.shape[0], 0, query_length, encoder_hidden_states.shape[1]
+                )
         with stack_forward(self.layers, self.attention_state):
             for layer in self.layers:
                 hidden_states, self_weights, cross_weights = layer(
@@ -332,8 +360,8 @@ class SimpleAttnMarianDecoder(SimpleAttnPreTrainedModel):
                 if output_hidden_states:
                     all_hidden_states += (hidden_states,)
                 if output_attentions:
-                    all_self_attentions += (self_weights,)
-                    all_cross_attentions += (cross_weights,)
+                    all_self_attentions += (no_self_heads if layer.self_attn is None else self_weights,)
+                    all_cross_attentions += (no_cross_heads if layer.encoder_attn is None else cross_weights,)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states,
             cache=cache,
@@ -772,9 +800,10 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         """Run the decoding steps through `torch.compile` when the call asks for it with a `compile_config`
         (`generate(..., compile_config=CompileConfig(...))`), on any device, unless `disable_compile` is set.
 
-        transformers compiles only for caches of fixed size (`StaticCache`); ours grow by one position a step (their
-        lengths are Python ints, so no step waits for the device), so the compiled step has dynamic shapes: after a
-        few recompiles in the first steps, one graph serves every length. On a GPU, CUDA graphs ("reduce-overhead",
+        transformers compiles on its own for caches of fixed size (`StaticCache`); here only when asked, for either
+        cache. Ours grow by one position a step (their lengths are Python ints, so no step waits for the device), so
+        the compiled step has dynamic shapes: after a few recompiles in the first steps, one graph serves every length.
+        With `cache_implementation="static"` every step has the same shapes: one graph from the first compiled step. On a GPU, CUDA graphs ("reduce-overhead",
         `CompileConfig`'s default mode) then record one graph per decoded length in a first call and replay them in
         later calls of the same lengths; `CompileConfig(mode="default")` or `"max-autotune-no-cudagraphs"` compile
         without them.
@@ -783,24 +812,34 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             return False
         return getattr(self, "hf_quantizer", None) is None or self.hf_quantizer.is_compileable
 
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        """Give `generate` our cache (value-only heads, absent sublayers, per-step state) unless the user brought one,
-        which is taken over before the first step (`decoder_cache_for`: a fresh `DynamicCache` or `EncoderDecoderCache`
-        becomes ours in place; a `StaticCache` and other caches that cannot hold the decoding state are refused)."""
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, *args, **kwargs):
+        """Give `generate` our cache (value-only heads, absent sublayers, per-step state) unless the user brought one
+        or asked for a static one (`cache_implementation="static"`), which is taken over before the first step
+        (`decoder_cache_for`: a fresh `DynamicCache`, `StaticCache` or `EncoderDecoderCache` of them becomes ours in
+        place; caches that cannot hold the decoding state are refused). Assisted and prompt-lookup decoding, which
+        crop the cache, are refused for a layout whose decoding state cannot be cropped (`rollback_refusal`)."""
+        if generation_mode == GenerationMode.ASSISTED_GENERATION or generation_config.is_assistant:
+            reason = rollback_refusal(self.config)
+            if reason is not None:
+                raise ValueError(
+                    f"generate: assisted and prompt-lookup decoding roll the cache back to the accepted tokens, which "
+                    f"{type(self).__name__} with {describe_layout(self.config)} cannot do: {reason}; use greedy or "
+                    "beam search, or sampling"
+                )
         if model_kwargs.get("cache") is None and generation_config.use_cache is not False:
             if generation_config.cache_implementation in (None, "dynamic"):
                 model_kwargs["cache"] = new_decoder_cache(self.config)
+                if generation_config.is_assistant:  # rolled back by `crop` (as transformers' caches)
+                    model_kwargs["cache"].activate_past_recording()
                 return
-            if generation_config.cache_implementation in ALL_STATIC_CACHE_IMPLEMENTATIONS:
-                raise ValueError(
-                    f"generate: cache_implementation={generation_config.cache_implementation!r} builds a StaticCache, "
-                    f"which is not supported by {type(self).__name__} with {describe_layout(self.config)}: its heads "
-                    "read every cached position as a decoded one, while a StaticCache pre-allocates max_cache_len "
-                    "positions; leave cache_implementation unset (or 'dynamic'), or pass `cache=model.new_cache()`"
-                )
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode, *args, **kwargs)
         if model_kwargs.get("cache") is not None:
             model_kwargs["cache"] = decoder_cache_for(self.config, model_kwargs["cache"])
+
+    def create_masks_for_generate(self, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
+        """The decoder attention mask as given (2D, or None): `generate` makes 4D masks in advance for compilable
+        (static) caches, while the attention families make their masks from the 2D one and the positions."""
+        return attention_mask
 
     def new_cache(self) -> EncoderDecoderCache:
         """An empty decoding cache for this model, to pass as `cache=` to `forward` or `generate` (whose output's
