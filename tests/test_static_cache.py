@@ -12,7 +12,7 @@ from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, Stati
 from hf_simple_attn.modeling.cache import SimpleAttnStaticLayer
 from hf_simple_attn.modeling.presets import list_presets
 
-from conftest import TINY_MARIAN, cached_steps, make_model
+from conftest import TINY_MARIAN, assert_same_maths, cached_steps, make_model, model_reductions
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -63,6 +63,7 @@ def test_static_generate_equals_dynamic_in_greedy_beam_and_sampling(case):
             torch.testing.assert_close(outputs[1], outputs[0], rtol=0, atol=0, msg=str(options))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("case", CASES)
 def test_a_user_built_static_cache_is_filled_in_place_with_the_logits_of_the_dynamic_one(case):
     model = make_model(*CASES[case])
@@ -90,7 +91,7 @@ def test_a_user_built_static_cache_is_filled_in_place_with_the_logits_of_the_dyn
             }
             expected = torch.cat([expected, model(**step, cache=dynamic).logits], dim=1)
             logits = torch.cat([logits, model(**step, cache=cache).logits], dim=1)
-    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+    assert_same_maths(logits, expected, **model_reductions(model.config))
     assert buffers(cache) == pointers
 
 
@@ -119,6 +120,7 @@ def test_a_static_self_attention_cache_with_a_dynamic_cross_attention_cache_work
         torch.testing.assert_close(generate(model, num_beams=4, cache=cache), expected, rtol=0, atol=0)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset", COMPILED_PRESETS)
 def test_compiled_static_decoding_steps_have_one_graph_and_equal_eager(preset, dynamo_counters):
     model = make_model(preset)
@@ -144,8 +146,10 @@ def test_compiled_static_decoding_steps_have_one_graph_and_equal_eager(preset, d
                 "decoder_input_ids": TARGET[:, position : position + 1],
                 "use_cache": True,
             }
-            torch.testing.assert_close(
-                compiled_model(**step, cache=cache).logits, model(**step, cache=dynamic).logits, atol=1e-5, rtol=1e-5
+            assert_same_maths(
+                compiled_model(**step, cache=cache).logits,
+                model(**step, cache=dynamic).logits,
+                **model_reductions(model.config),
             )
             cache.reorder_cache(torch.tensor([1, 2, 0]))
             dynamic.reorder_cache(torch.tensor([1, 2, 0]))
