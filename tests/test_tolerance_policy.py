@@ -44,7 +44,7 @@ def module_constants(tree: ast.Module) -> dict[str, float]:
 
 def unexplained_tolerances(path: Path) -> list[str]:
     """`file:line` of each comparison with a nonzero literal tolerance and no `# tolerance:` comment on its lines or
-    the line above."""
+    in the comment block right above it."""
     source = path.read_text()
     lines = source.splitlines()
     tree = ast.parse(source)
@@ -59,8 +59,10 @@ def unexplained_tolerances(path: Path) -> list[str]:
         literals = [literal_value(keyword.value, constants) for keyword in node.keywords if keyword.arg in TOLERANCES]
         if not any(value for value in literals if value is not None):
             continue
-        span = lines[max(node.lineno - 2, 0) : node.end_lineno]
-        if not any(EXPLAINED in line for line in span):
+        first = node.lineno - 1
+        while first > 0 and lines[first - 1].lstrip().startswith("#"):
+            first -= 1  # the comment block right above the call
+        if not any(EXPLAINED in line for line in lines[first : node.end_lineno]):
             found.append(f"{path.name}:{node.lineno}")
     return found
 
