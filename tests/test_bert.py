@@ -1,5 +1,6 @@
 """BERT-style encoders: parameter names, layouts, padding, pipelines, remote code, real MiniLM weights."""
 
+import copy
 import importlib.util
 import json
 import os
@@ -29,7 +30,17 @@ from hf_simple_attn import (
 )
 from hf_simple_attn.training.convert import convert_bert_checkpoint
 
-from conftest import TINY_BERT, padded_bert_batch, run_without_package
+from conftest import (
+    TINY_BERT,
+    assert_hand_computed,
+    assert_same_maths,
+    model_reductions,
+    padded_bert_batch,
+    run_without_package,
+)
+
+
+pytestmark = pytest.mark.numerics
 
 
 HC_LAYOUT = {"encoder_self": {"kind": "hard_coded", "offsets": [-1, 1]}}
@@ -61,6 +72,7 @@ def test_base_layout_has_berts_parameters_and_outputs(bert_class, simple_class):
     reference_shapes = {name: tuple(t.shape) for name, t in reference.state_dict().items()}
     assert {name: tuple(t.shape) for name, t in model.state_dict().items()} == reference_shapes
     model.load_state_dict(reference.state_dict(), strict=True)
+    reference, model = reference.double(), model.double()
 
     input_ids, attention_mask = padded_bert_batch([7, 4])
     token_type_ids = torch.zeros_like(input_ids)
@@ -70,7 +82,7 @@ def test_base_layout_has_berts_parameters_and_outputs(bert_class, simple_class):
         actual = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
     for key in expected.keys():
         if expected[key] is not None:
-            torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=1e-5)
+            assert_same_maths(actual[key], expected[key], **model_reductions(model.config))
 
 
 def test_bert_checkpoint_loads_without_missing_or_unexpected_keys(tmp_path):
@@ -82,9 +94,10 @@ def test_bert_checkpoint_loads_without_missing_or_unexpected_keys(tmp_path):
     assert model.config.attention_layout["encoder_self"][0]["groups"] == [{"kind": "dot", "num_heads": 4}]
     input_ids, attention_mask = padded_bert_batch([6, 3])
     with torch.no_grad():
-        torch.testing.assert_close(
-            model.eval()(input_ids, attention_mask=attention_mask).logits,
-            reference(input_ids, attention_mask=attention_mask).logits,
+        assert_same_maths(
+            model.eval().double()(input_ids, attention_mask=attention_mask).logits,
+            reference.double()(input_ids, attention_mask=attention_mask).logits,
+            **model_reductions(model.config),
         )
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
 
@@ -99,8 +112,9 @@ def test_layout_builds_the_right_modules():
     layers = model.bert.encoder.layer
     assert not hasattr(layers[0].attention.self, "query") and not hasattr(layers[0].attention.self, "key")
     assert layers[0].attention.self.value.weight.shape == (32, 32)
-    assert layers[2].attention.self.query is layers[1].attention.self.query
-    assert layers[2].attention.self.key is layers[1].attention.self.key
+    for name in ("query", "key"):  # tied parameters (`tie_weights`), not modules
+        tied, source = getattr(layers[2].attention.self, name), getattr(layers[1].attention.self, name)
+        assert tied.weight is source.weight and tied.bias is source.bias
     assert not hasattr(layers[1], "intermediate") and not hasattr(layers[1], "output")
     assert model._tied_weights_keys["bert.encoder.layer.2.attention.self.query.weight"] == (
         "bert.encoder.layer.1.attention.self.query.weight"
@@ -150,35 +164,36 @@ def test_config_round_trip_and_preset():
 def test_padded_batch_equals_each_example_alone(layout, pooling):
     torch.manual_seed(0)
     config = tiny_config(attention_layout=layout, num_labels=3, classifier_pooling=pooling)
-    model = SimpleAttnBertForSequenceClassification(config).eval()
+    model = SimpleAttnBertForSequenceClassification(config).eval().double()
     lengths = [7, 3, 5]
     input_ids, attention_mask = padded_bert_batch(lengths)
     with torch.no_grad():
         batch = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
         for row, length in enumerate(lengths):
             alone = model(input_ids[row : row + 1, :length], output_hidden_states=True)
-            torch.testing.assert_close(batch.logits[row], alone.logits[0], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(
-                batch.hidden_states[-1][row, :length], alone.hidden_states[-1][0], atol=1e-5, rtol=1e-5
+            assert_same_maths(batch.logits[row], alone.logits[0], **model_reductions(model.config))
+            assert_same_maths(
+                batch.hidden_states[-1][row, :length], alone.hidden_states[-1][0], **model_reductions(model.config)
             )
 
 
 def test_mean_pooling_feeds_the_pooler_the_mean_of_the_real_tokens():
     torch.manual_seed(0)
-    model = SimpleAttnBertModel(tiny_config(classifier_pooling="mean")).eval()
+    model = SimpleAttnBertModel(tiny_config(classifier_pooling="mean")).eval().double()
     input_ids, attention_mask = padded_bert_batch([6, 2])
     with torch.no_grad():
         outputs = model(input_ids, attention_mask=attention_mask)
         tokens = outputs.last_hidden_state
         means = torch.stack([tokens[0, :6].mean(dim=0), tokens[1, :2].mean(dim=0)])
         expected = torch.tanh(model.pooler.dense(means))
-    torch.testing.assert_close(outputs.pooler_output, expected)
-    cls_model = SimpleAttnBertModel(tiny_config()).eval()
+    hidden_size = model.config.hidden_size
+    assert_same_maths(outputs.pooler_output, expected, reduction=hidden_size, depth=2)  # the mean, the dense layer
+    cls_model = SimpleAttnBertModel(tiny_config()).eval().double()
     cls_model.load_state_dict(model.state_dict())
     with torch.no_grad():
         cls_outputs = cls_model(input_ids, attention_mask=attention_mask)
-    torch.testing.assert_close(cls_outputs.last_hidden_state, tokens)
-    torch.testing.assert_close(cls_outputs.pooler_output, torch.tanh(model.pooler.dense(tokens[:, 0])))
+    assert_same_maths(cls_outputs.last_hidden_state, tokens, **model_reductions(model.config))
+    assert_same_maths(cls_outputs.pooler_output, torch.tanh(model.pooler.dense(tokens[:, 0])), reduction=hidden_size)
 
 
 @pytest.mark.parametrize("pooling, reach", [("cls", 3), ("mean", 9)])
@@ -206,7 +221,7 @@ def test_with_band1_heads_the_first_token_reads_layers_times_one_positions(pooli
 
 def test_output_attentions_hidden_states_and_tuples():
     torch.manual_seed(0)
-    model = SimpleAttnBertForTokenClassification(tiny_config(attention_layout=HC_LAYOUT, num_labels=5)).eval()
+    model = SimpleAttnBertForTokenClassification(tiny_config(attention_layout=HC_LAYOUT, num_labels=5)).eval().double()
     input_ids, attention_mask = padded_bert_batch([6, 4])
     labels = torch.randint(0, 5, input_ids.shape).masked_fill(attention_mask == 0, -100)
     outputs = model(
@@ -216,21 +231,18 @@ def test_output_attentions_hidden_states_and_tuples():
     assert len(outputs.hidden_states) == 4 and len(outputs.attentions) == 3
     # Hard-coded N(j; i±1, 1) weights, cut at padding: row 1 (4 real tokens), query 0, head 0 (offset -1)
     # puts 0.241971 on key 0 (distance 1), 0.053991 on key 1 (distance 2), 0.004432 on key 2, 0.000134 on key 3.
-    torch.testing.assert_close(
-        outputs.attentions[0][1, 0, 0],
-        torch.tensor([0.241971, 0.053991, 0.004432, 0.000134, 0.0, 0.0]),
-        atol=1e-6,
-        rtol=0,
+    assert_hand_computed(
+        outputs.attentions[0][1, 0, 0], [0.241971, 0.053991, 0.004432, 0.000134, 0.0, 0.0], decimals=6
     )
     as_tuple = model(input_ids, attention_mask=attention_mask, labels=labels, return_dict=False)
     assert isinstance(as_tuple, tuple)
-    torch.testing.assert_close(as_tuple[0], outputs.loss)
-    torch.testing.assert_close(as_tuple[1], outputs.logits)
+    assert_same_maths(as_tuple[0], outputs.loss, **model_reductions(model.config))
+    assert_same_maths(as_tuple[1], outputs.logits, **model_reductions(model.config))
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():
     torch.manual_seed(0)
-    model = SimpleAttnBertForMaskedLM(tiny_config(attention_layout=MIXED_TIED_LAYOUT)).train()
+    model = SimpleAttnBertForMaskedLM(tiny_config(attention_layout=MIXED_TIED_LAYOUT)).train().double()
     input_ids, attention_mask = padded_bert_batch([6, 4])
     labels = input_ids.masked_fill(attention_mask == 0, -100)
 
@@ -245,7 +257,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     checkpointed = gradients()
     assert plain.keys() == checkpointed.keys()
     for name in plain:
-        torch.testing.assert_close(checkpointed[name], plain[name], msg=name)
+        assert_same_maths(checkpointed[name], plain[name], **model_reductions(model.config))
     # Every parameter trains; the shared query of layers 1-2 is one parameter.
     assert all(grad.abs().sum() > 0 for grad in plain.values())
     assert "bert.encoder.layer.2.attention.self.query.weight" not in plain
@@ -267,7 +279,7 @@ def test_save_pretrained_round_trip_keeps_ties_and_logits(tmp_path):
     assert type(reloaded) is SimpleAttnBertForMaskedLM
     assert (info["missing_keys"], info["unexpected_keys"]) == (set(), set())
     layers = reloaded.bert.encoder.layer
-    assert layers[2].attention.self.query is layers[1].attention.self.query
+    assert layers[2].attention.self.query.weight is layers[1].attention.self.query.weight
     input_ids, attention_mask = padded_bert_batch([6, 4])
     with torch.no_grad():
         torch.testing.assert_close(
@@ -285,7 +297,7 @@ def test_pipelines_in_memory_and_from_a_folder(tmp_path, bert_tokenizer):
     )
     classifier = SimpleAttnBertForSequenceClassification(config).eval()
     fill = SimpleAttnBertForMaskedLM(tiny_config(attention_layout=HC_LAYOUT)).eval()
-    encoder = SimpleAttnBertModel(tiny_config(attention_layout=HC_LAYOUT)).eval()
+    encoder = SimpleAttnBertModel(tiny_config(attention_layout=HC_LAYOUT)).eval().double()
     sentence = "the cat sat on the mat"
     results = {}
     for name, task, model in [
@@ -304,7 +316,8 @@ def test_pipelines_in_memory_and_from_a_folder(tmp_path, bert_tokenizer):
     assert len(results["fill-mask"]) == 5 and all(r["token_str"] for r in results["fill-mask"])
     with torch.no_grad():
         hidden = encoder(**bert_tokenizer(sentence, return_tensors="pt")).last_hidden_state
-    torch.testing.assert_close(torch.tensor(results["feature-extraction"]), hidden, atol=1e-6, rtol=1e-5)
+    features = torch.tensor(results["feature-extraction"], dtype=torch.float64)
+    assert_same_maths(features, hidden, **model_reductions(encoder.config))
 
 
 REMOTE_CODE_SCRIPT = textwrap.dedent(
@@ -344,7 +357,8 @@ def test_trust_remote_code_in_a_clean_process(tmp_path):
     assert result["module"].startswith("transformers_modules.")
     with torch.no_grad():
         expected = model(input_ids, attention_mask=attention_mask).logits
-    torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=1e-6, rtol=1e-5)
+    # the same code on the same weights and inputs: the same floats (exact through JSON)
+    torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=0, rtol=0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,13 +427,14 @@ def test_minilm_base_layout_reproduces_bert_hidden_states(minilm):
     model, info = convert_bert_checkpoint(reference, output_loading_info=True)
     assert type(model) is SimpleAttnBertModel
     assert (info["new"], info["dropped"], info["mismatched"]) == ([], [], [])
+    reference, model = copy.deepcopy(reference).double(), model.double()  # the fixture's model stays float32
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         expected = reference(**batch, output_hidden_states=True)
         actual = model(**batch, output_hidden_states=True)
     for expected_layer, actual_layer in zip(expected.hidden_states, actual.hidden_states, strict=True):
-        assert (expected_layer - actual_layer).abs().max() <= 1e-4
-    assert (expected.pooler_output - actual.pooler_output).abs().max() <= 1e-4
+        assert_same_maths(actual_layer, expected_layer, **model_reductions(model.config))
+    assert_same_maths(actual.pooler_output, expected.pooler_output, **model_reductions(model.config))
 
 
 @requires_minilm
@@ -430,17 +445,24 @@ def test_minilm_fill_mask_and_feature_extraction_match_bert(minilm):
     reference = BertForMaskedLM.from_pretrained(path).eval()
     model = convert_bert_checkpoint(reference)
     assert type(model) is SimpleAttnBertForMaskedLM
+    reference, model = reference.double(), model.double()
     text = "The capital of France is [MASK]."
     expected = pipeline("fill-mask", model=reference, tokenizer=tokenizer)(text)
     actual = pipeline("fill-mask", model=model, tokenizer=tokenizer)(text)
     assert [r["token_str"] for r in actual] == [r["token_str"] for r in expected]
-    for a, e in zip(actual, expected):
-        assert a["score"] == pytest.approx(e["score"], rel=1e-4)
+    scores = [torch.tensor([r["score"] for r in results], dtype=torch.float64) for results in (actual, expected)]
+    assert_same_maths(*scores, **model_reductions(model.config))
 
-    features = pipeline("feature-extraction", model=convert_bert_checkpoint(reference_encoder), tokenizer=tokenizer)
-    expected_features = pipeline("feature-extraction", model=reference_encoder, tokenizer=tokenizer)
-    torch.testing.assert_close(
-        torch.tensor(features(SENTENCES[0])), torch.tensor(expected_features(SENTENCES[0])), atol=1e-4, rtol=0
+    encoder = convert_bert_checkpoint(reference_encoder).double()
+    features = pipeline("feature-extraction", model=encoder, tokenizer=tokenizer)
+    # the fixture's model stays float32
+    expected_features = pipeline(
+        "feature-extraction", model=copy.deepcopy(reference_encoder).double(), tokenizer=tokenizer
+    )
+    assert_same_maths(
+        torch.tensor(features(SENTENCES[0]), dtype=torch.float64),
+        torch.tensor(expected_features(SENTENCES[0]), dtype=torch.float64),
+        **model_reductions(encoder.config),
     )
 
 
@@ -448,13 +470,13 @@ def test_minilm_fill_mask_and_feature_extraction_match_bert(minilm):
 @pytest.mark.parametrize("layout", [None, HC_LAYOUT], ids=["base", "hc"])
 def test_minilm_padded_batch_equals_each_sentence_alone(minilm, layout):
     reference, tokenizer, _ = minilm
-    model = convert_bert_checkpoint(reference, attention_layout=layout)
+    model = convert_bert_checkpoint(reference, attention_layout=layout).double()
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         together = model(**batch).last_hidden_state
         for row, sentence in enumerate(SENTENCES):
             alone = model(**tokenizer(sentence, return_tensors="pt")).last_hidden_state[0]
-            torch.testing.assert_close(together[row, : alone.shape[0]], alone, atol=1e-5, rtol=1e-5)
+            assert_same_maths(together[row, : alone.shape[0]], alone, **model_reductions(model.config))
 
 
 @requires_minilm
@@ -473,8 +495,11 @@ def test_minilm_converted_layout_saves_and_loads_with_remote_code(minilm, tmp_pa
         for tensor in ("weight", "bias")
     }
     assert set(info["dropped"]) == dropped_query_key | {"pooler.dense.weight", "pooler.dense.bias"}
-    torch.testing.assert_close(
-        model.bert.encoder.layer[5].attention.self.query.weight, reference.encoder.layer[3].attention.self.query.weight
+    torch.testing.assert_close(  # copied: exactly equal
+        model.bert.encoder.layer[5].attention.self.query.weight,
+        reference.encoder.layer[3].attention.self.query.weight,
+        atol=0,
+        rtol=0,
     )
     assert "cls.predictions.transform.dense.weight" in info["new"]
 
@@ -489,7 +514,8 @@ def test_minilm_converted_layout_saves_and_loads_with_remote_code(minilm, tmp_pa
     workdir.mkdir()
     shutil.copytree(tmp_path / "saved", workdir / "checkpoint")
     result = run_remote_code(workdir / "checkpoint", workdir, batch["input_ids"], batch["attention_mask"])
-    torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=1e-5, rtol=1e-5)
+    # the same code on the same weights and inputs: the same floats (exact through JSON)
+    torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=0, rtol=0)
 
 
 @requires_minilm

@@ -8,7 +8,10 @@ import torch
 
 from hf_simple_attn.modeling.candidate_vocabulary import CandidateVocabulary
 
-from conftest import TINY_MARIAN, make_model
+from conftest import TINY_MARIAN, assert_same_maths, make_model
+
+
+pytestmark = pytest.mark.numerics
 
 
 CANDIDATE_IDS = torch.tensor([0, 3, 7, 39])  # eos 0, pad and decoder start 39: indices 0 and 3
@@ -28,7 +31,7 @@ def candidates(model) -> CandidateVocabulary:
 
 
 def test_token_ids_become_candidate_indices():
-    model = make_model("base")
+    model = make_model("base").double()
     vocabulary = candidates(model)
     search_config = vocabulary.search_config(
         prepared(
@@ -47,10 +50,11 @@ def test_token_ids_become_candidate_indices():
     assert search_config.suppress_tokens == [2] and search_config.begin_suppress_tokens is None
     assert int(search_config._pad_token_tensor) == 3 and search_config._eos_token_tensor.tolist() == [0]
     assert vocabulary.to_vocabulary(torch.tensor([[3, 2, 0, -1]])).tolist() == [[39, 7, 0, -1]]
-    hidden_states = torch.randn(2, TINY_MARIAN["d_model"])
-    assert torch.allclose(
+    hidden_states = torch.randn(2, TINY_MARIAN["d_model"], dtype=torch.float64)
+    assert_same_maths(
         vocabulary.logits(hidden_states),
         model.lm_head(hidden_states)[:, CANDIDATE_IDS] + model.final_logits_bias[0, CANDIDATE_IDS],
+        reduction=TINY_MARIAN["d_model"],
     )
 
 

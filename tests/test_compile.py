@@ -18,7 +18,10 @@ from transformers import CompileConfig
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForSequenceClassification, SimpleAttnMarianConfig
 from hf_simple_attn.modeling.presets import list_presets
 
-from conftest import TINY_BERT, TINY_MARIAN, make_model, padded_bert_batch
+from conftest import TINY_BERT, TINY_MARIAN, assert_same_maths, make_model, model_reductions, padded_bert_batch
+
+
+pytestmark = pytest.mark.numerics
 
 
 # One preset of each family (dot, hard_coded, recurrent, random_synthesizer, local, gaussian_mixture, hard_retrieval).
@@ -173,20 +176,20 @@ def compiled_and_eager_training_steps(model, backend: str):
 @pytest.mark.parametrize("preset", FAMILY_PRESETS)
 def test_fullgraph_compiled_training_step_equals_eager(preset):
     torch._dynamo.reset()
-    model = shallowest_model(preset, dropout=0.0).train()
+    model = shallowest_model(preset, dropout=0.0).train().double()
     (eager_loss, eager_gradients), (compiled_loss, compiled_gradients) = compiled_and_eager_training_steps(
         model, "aot_eager"
     )
-    torch.testing.assert_close(compiled_loss, eager_loss, atol=1e-5, rtol=1e-5)
+    assert_same_maths(compiled_loss, eager_loss, **model_reductions(model.config))
     assert compiled_gradients.keys() == eager_gradients.keys()
     for name, gradient in eager_gradients.items():
-        torch.testing.assert_close(compiled_gradients[name], gradient, atol=1e-5, rtol=1e-4, msg=name)
+        assert_same_maths(compiled_gradients[name], gradient, **model_reductions(model.config))
 
 
 @pytest.mark.parametrize("preset", FAMILY_PRESETS)
 def test_fullgraph_compiled_cached_decoding_steps_equal_eager(preset):
     torch._dynamo.reset()
-    model = shallowest_model(preset)
+    model = shallowest_model(preset).double()
     source, mask, labels = seq2seq_batch()
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     steps = []
@@ -203,7 +206,7 @@ def test_fullgraph_compiled_cached_decoding_steps_equal_eager(preset):
                 )
                 logits.append(step.logits)
         steps.append(torch.cat(logits, dim=1))
-    torch.testing.assert_close(steps[1], steps[0], atol=1e-5, rtol=1e-5)
+    assert_same_maths(steps[1], steps[0], **model_reductions(model.config))
 
 
 def test_generate_with_a_compile_config_runs_compiled_decoding_steps_and_equals_eager():

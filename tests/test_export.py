@@ -26,7 +26,10 @@ from hf_simple_attn.deploy.export import (
 )
 from hf_simple_attn.deploy.quantize import quantize_onnx_int8
 
-from conftest import TINY_MARIAN, make_model
+from conftest import TINY_MARIAN, assert_same_maths, make_model, model_reductions
+
+
+pytestmark = pytest.mark.numerics
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -55,9 +58,9 @@ def presets_with_new_layers(fields: tuple[str, ...]) -> list[str]:
 
 
 @functools.cache
-def exported(preset: str, graph: str):
-    """(model, program) of `export_encoder` or `export_decoder_step` for a tiny `preset`, exported once."""
-    model = make_model(preset, **SIZES)
+def exported(preset: str, graph: str, dtype: torch.dtype = torch.float32):
+    """(model, program) of `export_encoder` or `export_decoder_step` for a tiny `preset` in `dtype`, exported once."""
+    model = make_model(preset, **SIZES).to(dtype)
     return model, (export_encoder if graph == "encoder" else export_decoder_step)(model)
 
 
@@ -73,17 +76,21 @@ def source_batch(batch_size: int, length: int, seed: int = 0) -> tuple[torch.Ten
 
 @pytest.mark.parametrize("preset", presets_with_new_layers(ENCODER_FIELDS))
 def test_encoder_exports_and_equals_eager(preset):
-    model, program = exported(preset, "encoder")
+    model, program = exported(preset, "encoder", torch.float64)
     program = program.module()
     encoder = EncoderForExport(model)
+    reductions = model_reductions(model.config)
     for batch_size, length in ((3, 9), (1, 2)):
         input_ids, attention_mask = source_batch(batch_size, length)
         with torch.no_grad():
             expected = encoder(input_ids, attention_mask)
-            torch.testing.assert_close(
-                expected[0], model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            assert_same_maths(
+                expected[0],
+                model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state,
+                **reductions,
             )
-            torch.testing.assert_close(program(input_ids, attention_mask), expected, rtol=1e-5, atol=1e-5)
+            for output, expected_output in zip(program(input_ids, attention_mask), expected, strict=True):
+                assert_same_maths(output, expected_output, **reductions)
 
 
 @pytest.mark.parametrize("preset", presets_with_new_layers(DECODER_FIELDS))
@@ -91,9 +98,10 @@ def test_decoder_step_exports_and_equals_the_full_forward(preset):
     """Stepping the exported program from the empty state gives (through the output layer) the logits of the
     teacher-forced forward, and the same decoding state as the eager step (windows, family states, batch of one
     included)."""
-    model, program = exported(preset, "decoder")
+    model, program = exported(preset, "decoder", torch.float64)
     program = program.module()
     step, output_layer = DecoderStepForExport(model), OutputLayerForExport(model)
+    reductions = model_reductions(model.config)
     for batch_size, length in ((3, 9), (1, 2)):
         input_ids, attention_mask = source_batch(batch_size, length, seed=1)
         target = torch.randint(1, PAD, (batch_size, 6), generator=torch.Generator().manual_seed(2))
@@ -101,7 +109,8 @@ def test_decoder_step_exports_and_equals_the_full_forward(preset):
             full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits
             cross = EncoderForExport(model)(input_ids, attention_mask)[1:]
             past = [
-                torch.zeros(batch_size, *(0 if size is None else size for size in spec.shape)) for spec in step.past
+                torch.zeros(batch_size, *(0 if size is None else size for size in spec.shape), dtype=model.dtype)
+                for spec in step.past
             ]
             for position in range(target.shape[1]):
                 args = (
@@ -113,9 +122,10 @@ def test_decoder_step_exports_and_equals_the_full_forward(preset):
                 )
                 hidden_states, *past = program(*args)
                 eager_hidden_states, *eager_past = step(*args)
-                torch.testing.assert_close(output_layer(hidden_states), full[:, position], rtol=1e-5, atol=1e-5)
-                torch.testing.assert_close(hidden_states, eager_hidden_states, rtol=1e-5, atol=1e-5)
-                torch.testing.assert_close(past, eager_past, rtol=1e-5, atol=1e-5)
+                assert_same_maths(output_layer(hidden_states), full[:, position], **reductions)
+                assert_same_maths(hidden_states, eager_hidden_states, **reductions)
+                for state, eager_state in zip(past, eager_past, strict=True):
+                    assert_same_maths(state, eager_state, **reductions)
         for spec, state in zip(step.past, past):
             assert state.shape[1:] == tuple(target.shape[1] if size is None else size for size in spec.shape)
 
@@ -179,7 +189,7 @@ def test_onnx_runtime_logits_and_tokens_equal_pytorch(preset, onnx_models):
     past = onnx_model.initial_past(4)
     for position in range(target.shape[1]):
         logits, past = onnx_model.decode(target[:, : position + 1], context, past)
-        torch.testing.assert_close(logits, full[:, position], rtol=0, atol=1e-4)
+        assert_same_maths(logits, full[:, position], **model_reductions(model.config))  # ONNX Runtime in float32
     for options in (
         dict(num_beams=1, max_new_tokens=12),
         dict(num_beams=4, max_new_tokens=12),

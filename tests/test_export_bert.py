@@ -21,7 +21,10 @@ from hf_simple_attn import (
 from hf_simple_attn.cli import main
 from hf_simple_attn.deploy.export_bert import OnnxBertModel, export_bert_onnx, export_bert_program, save_bert_onnx
 
-from conftest import TINY_BERT, build_bert_tokenizer, padded_bert_batch
+from conftest import TINY_BERT, assert_same_maths, build_bert_tokenizer, model_reductions, padded_bert_batch
+
+
+pytestmark = pytest.mark.numerics
 
 
 # One preset per family: dot product, local bands, hard-coded, RAN, Synthesizer, per-head local masks, hard retrieval.
@@ -55,9 +58,9 @@ def make_model(preset: str, head: str = "masked-lm", **config_overrides):
 
 
 @functools.cache
-def exported(preset: str):
-    """(model, program) of `export_bert_program` for a tiny masked-LM `preset`, exported once."""
-    model = make_model(preset)
+def exported(preset: str, dtype: torch.dtype = torch.float32):
+    """(model, program) of `export_bert_program` for a tiny masked-LM `preset` in `dtype`, exported once."""
+    model = make_model(preset).to(dtype)
     return model, export_bert_program(model)
 
 
@@ -77,13 +80,13 @@ def eager(model, input_ids, attention_mask, token_type_ids):
 @pytest.mark.parametrize("preset", list_presets("encoder"))
 def test_every_preset_exports_and_equals_eager(preset):
     """A padded batch of 2, then other batch sizes and lengths (the shortest the program takes included)."""
-    model, program = exported(preset)
+    model, program = exported(preset, torch.float64)
     program = program.module()
     for lengths in ([7, 4], [11, 3, 9], [2]):
         inputs = model_inputs(lengths)
         with torch.no_grad():
             (logits,) = program(*inputs)
-        torch.testing.assert_close(logits, eager(model, *inputs).logits, rtol=1e-5, atol=1e-5)
+        assert_same_maths(logits, eager(model, *inputs).logits, **model_reductions(model.config))
 
 
 def test_export_refuses_a_model_in_training_mode():
@@ -103,7 +106,8 @@ def test_onnx_runtime_logits_equal_pytorch(preset, tmp_path):
         inputs = model_inputs(lengths, seed=1)
         output = onnx_model(*inputs)
         assert isinstance(output, MaskedLMOutput)
-        torch.testing.assert_close(output.logits, eager(model, *inputs).logits, rtol=0, atol=1e-4)
+        # ONNX Runtime in float32, as the ONNX tests below
+        assert_same_maths(output.logits, eager(model, *inputs).logits, **model_reductions(model.config))
     assert onnx_model.max_length == TINY_BERT["max_position_embeddings"]
     with pytest.raises(ValueError, match="at most 64"):
         onnx_model(torch.ones(1, 65, dtype=torch.long))
@@ -122,7 +126,8 @@ def test_onnx_model_returns_the_outputs_of_its_model_class(head, tmp_path):
         (onnx_model(inputs[0].tolist()), eager(model, inputs[0], None, None)),
     ):
         assert type(actual) is type(expected) and list(actual.keys()) == list(expected.keys())
-        torch.testing.assert_close(actual.to_tuple(), expected.to_tuple(), rtol=0, atol=1e-4)
+        for actual_tensor, expected_tensor in zip(actual.to_tuple(), expected.to_tuple(), strict=True):
+            assert_same_maths(actual_tensor, expected_tensor, **model_reductions(model.config))
 
 
 @needs_onnxruntime
@@ -133,7 +138,7 @@ def test_a_mean_pooling_classifier_exports_and_reads_the_real_tokens_only(tmp_pa
     onnx_model = OnnxBertModel(export_bert_onnx(model, tmp_path))
     for lengths in ([12, 5, 9], [3], [1, 7]):
         inputs = model_inputs(lengths, seed=3)
-        torch.testing.assert_close(onnx_model(*inputs).logits, eager(model, *inputs).logits, rtol=0, atol=1e-4)
+        assert_same_maths(onnx_model(*inputs).logits, eager(model, *inputs).logits, **model_reductions(model.config))
 
 
 @needs_onnxruntime
@@ -150,8 +155,8 @@ def test_onnx_int8_computes_the_tied_masked_lm_output_layer_in_int8(tmp_path):
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
     float32_dir = export_bert_onnx(model, tmp_path / "float32")
     inputs = model_inputs([6, 9], seed=3)
-    torch.testing.assert_close(
-        OnnxBertModel(float32_dir)(*inputs).logits, eager(model, *inputs).logits, rtol=0, atol=1e-4
+    assert_same_maths(
+        OnnxBertModel(float32_dir)(*inputs).logits, eager(model, *inputs).logits, **model_reductions(model.config)
     )
     int8_dir = quantize_onnx_int8(float32_dir, tmp_path / "int8")
     graph = onnx.load(int8_dir / "model.onnx").graph
@@ -187,7 +192,7 @@ def test_cli_exports_a_classifier_that_predicts_as_pytorch_in_float32_and_int8(t
         expected = model(**batch).logits
     output = onnx_model(**batch)
     assert isinstance(output, SequenceClassifierOutput)
-    torch.testing.assert_close(output.logits, expected, rtol=0, atol=1e-4)
+    assert_same_maths(output.logits, expected, **model_reductions(model.config))  # ONNX Runtime in float32
     labels = [onnx_model.config.id2label[index] for index in output.logits.argmax(-1).tolist()]
     assert labels == [model.config.id2label[index] for index in expected.argmax(-1).tolist()]
 

@@ -7,7 +7,10 @@ import torch
 
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 
-from conftest import TINY_BERT, TINY_MARIAN
+from conftest import TINY_BERT, TINY_MARIAN, assert_same_maths, model_reductions
+
+
+pytestmark = pytest.mark.numerics
 
 
 IDS = torch.arange(2, 29).reshape(3, 9)  # (3, 9)
@@ -71,7 +74,7 @@ def test_marian_mask_checked_against_embeddings_and_encoder_outputs():
 
 
 def test_cached_decoder_mask_covers_the_cached_positions():
-    model = marian()
+    model = marian().double()
     with torch.no_grad():
         first = model(input_ids=IDS, decoder_input_ids=IDS[:, :4], use_cache=True)
         step = dict(encoder_outputs=(first.encoder_last_hidden_state,), cache=first.cache)
@@ -80,19 +83,19 @@ def test_cached_decoder_mask_covers_the_cached_positions():
         # The valid mask, (batch, cached + new), gives the same logits as the full forward.
         cached = model(decoder_input_ids=IDS[:, 4:5], decoder_attention_mask=ONES[:, :5], **step).logits
         full = model(input_ids=IDS, decoder_input_ids=IDS[:, :5]).logits[:, -1:]
-    torch.testing.assert_close(cached, full, atol=1e-5, rtol=1e-4)
+    assert_same_maths(cached, full, **model_reductions(model.config))
 
 
 def test_the_cache_keyword_of_transformers_before_5_24_still_reaches_the_cache():
     """`past_key_values=` (the name before transformers 5.24) is renamed to `cache`, as in transformers' own models,
     not swallowed by `**kwargs`."""
-    model = marian()
+    model = marian().double()
     with torch.no_grad():
         first = model(input_ids=IDS, decoder_input_ids=IDS[:, :4], use_cache=True)
         encoder_outputs = (first.encoder_last_hidden_state,)
         step = model(encoder_outputs=encoder_outputs, decoder_input_ids=IDS[:, 4:5], past_key_values=first.cache)
         full = model(input_ids=IDS, decoder_input_ids=IDS[:, :5]).logits[:, -1:]
-    torch.testing.assert_close(step.logits, full, atol=1e-5, rtol=1e-4)
+    assert_same_maths(step.logits, full, **model_reductions(model.config))
     assert step.cache.get_seq_length() == 5
 
 

@@ -16,7 +16,10 @@ from transformers import AutoModelForSeq2SeqLM
 import hf_simple_attn
 from hf_simple_attn import SimpleAttnMarianMTModel
 
-from conftest import TINY_MARIAN, cached_steps, make_model
+from conftest import TINY_MARIAN, assert_same_maths, cached_steps, make_model, model_reductions
+
+
+pytestmark = pytest.mark.numerics
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -52,7 +55,7 @@ def right_padded(rows):
 
 @pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)
 def test_decoder_never_sees_later_tokens(preset, layout):
-    model = make_model(preset, layout)
+    model = make_model(preset, layout).double()
     source = torch.tensor([SOURCES[0]])
     target = torch.tensor([TARGETS[0]])
     changed = target.clone()
@@ -60,13 +63,13 @@ def test_decoder_never_sees_later_tokens(preset, layout):
     with torch.no_grad():
         logits = model(input_ids=source, decoder_input_ids=target).logits
         changed_logits = model(input_ids=source, decoder_input_ids=changed).logits
-    torch.testing.assert_close(logits[:, :3], changed_logits[:, :3], atol=1e-6, rtol=0)
+    assert_same_maths(logits[:, :3], changed_logits[:, :3], **model_reductions(model.config))
     assert not torch.allclose(logits[:, 3:], changed_logits[:, 3:])
 
 
 @pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)
 def test_padded_batch_equals_each_example_alone(preset, layout):
-    model = make_model(preset, layout)
+    model = make_model(preset, layout).double()
     source, source_mask = right_padded(SOURCES)
     target, target_mask = right_padded(TARGETS)
     with torch.no_grad():
@@ -75,18 +78,18 @@ def test_padded_batch_equals_each_example_alone(preset, layout):
         ).logits
         for row, (src, tgt) in enumerate(zip(SOURCES, TARGETS)):
             alone = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([tgt])).logits
-            torch.testing.assert_close(batch_logits[row, : len(tgt)], alone[0], atol=1e-5, rtol=0)
+            assert_same_maths(batch_logits[row, : len(tgt)], alone[0], **model_reductions(model.config))
 
 
 @pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)
 def test_cached_decoding_equals_full_forward(preset, layout):
-    model = make_model(preset, layout)
+    model = make_model(preset, layout).double()
     source, source_mask = right_padded(SOURCES)
     target = torch.tensor([TARGETS[0], TARGETS[1] + [22, 23]])
     with torch.no_grad():
         full = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target).logits
         steps, _ = cached_steps(model, source, source_mask, target)
-    torch.testing.assert_close(steps, full, atol=1e-5, rtol=0)
+    assert_same_maths(steps, full, **model_reductions(model.config))
 
 
 @pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)

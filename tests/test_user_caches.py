@@ -13,7 +13,10 @@ from transformers import DynamicCache, EncoderDecoderCache, StaticCache
 
 from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer
 
-from conftest import TINY_MARIAN, make_model
+from conftest import TINY_MARIAN, assert_same_maths, make_model, model_reductions
+
+
+pytestmark = pytest.mark.numerics
 
 
 PAD = TINY_MARIAN["pad_token_id"]
@@ -76,7 +79,7 @@ def decoder_cache_of(cache):
 @pytest.mark.parametrize("num_beams", [1, 4])
 @pytest.mark.parametrize("case", CASES)
 def test_generate_with_a_user_built_cache_equals_generate_with_ours(case, num_beams):
-    model = make_model(*CASES[case])
+    model = make_model(*CASES[case]).double()
     with torch.no_grad():
         expected = generate(model, num_beams)
         for name, build in USER_CACHES.items():
@@ -84,7 +87,7 @@ def test_generate_with_a_user_built_cache_equals_generate_with_ours(case, num_be
             output = generate(model, num_beams, cache=cache)
             assert output.sequences.tolist() == expected.sequences.tolist(), name
             if num_beams > 1:
-                torch.testing.assert_close(output.sequences_scores, expected.sequences_scores, atol=1e-5, rtol=0)
+                assert_same_maths(output.sequences_scores, expected.sequences_scores, **model_reductions(model.config))
             # The object the user holds is the one generate filled: the returned cache, or its self-attention half.
             returned = output.cache
             assert (
@@ -98,7 +101,7 @@ def test_generate_with_a_user_built_cache_equals_generate_with_ours(case, num_be
 def test_decoding_step_by_step_with_a_user_built_cache_equals_the_full_forward(case):
     """The user's `EncoderDecoderCache` passed again at each step (the object the model fills); a plain `DynamicCache`
     passed once, then the `EncoderDecoderCache` the model returns around it."""
-    model = make_model(*CASES[case])
+    model = make_model(*CASES[case]).double()
     with torch.no_grad():
         full = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
         encoder_outputs = model.get_encoder()(input_ids=SOURCE, attention_mask=SOURCE_MASK)
@@ -119,12 +122,12 @@ def test_decoding_step_by_step_with_a_user_built_cache_equals_the_full_forward(c
                     assert output.cache.self_attention_cache is user_cache
                     cache = output.cache
                 steps.append(output.logits)
-            torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0, msg=name)
+            assert_same_maths(torch.cat(steps, dim=1), full, **model_reductions(model.config))
 
 
 def test_a_plain_dynamic_cache_passed_at_every_step_recomputes_the_cross_attention():
     """Without the returned `EncoderDecoderCache`, each step projects the encoder output again: same logits."""
-    model = make_model("hc-sa")
+    model = make_model("hc-sa").double()
     with torch.no_grad():
         full = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
         encoder_outputs = model.get_encoder()(input_ids=SOURCE, attention_mask=SOURCE_MASK)
@@ -139,7 +142,7 @@ def test_a_plain_dynamic_cache_passed_at_every_step_recomputes_the_cross_attenti
             ).logits
             for position in range(TARGET.shape[1])
         ]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    assert_same_maths(torch.cat(steps, dim=1), full, **model_reductions(model.config))
 
 
 def test_a_plain_dynamic_cache_passed_again_cannot_carry_the_running_means_of_the_gmm_synthesis_network():
@@ -166,7 +169,7 @@ def filled_transformers_cache(cache: EncoderDecoderCache) -> EncoderDecoderCache
 
 def test_a_dot_product_model_continues_a_cache_of_transformers_layers():
     """`dot` heads keep nothing but keys and values: a filled `DynamicLayer` cache is adopted."""
-    model = make_model("base")
+    model = make_model("base").double()
     with torch.no_grad():
         full = model(input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET).logits
         prefix = model(
@@ -177,7 +180,7 @@ def test_a_dot_product_model_continues_a_cache_of_transformers_layers():
             input_ids=SOURCE, attention_mask=SOURCE_MASK, decoder_input_ids=TARGET[:, 4:], cache=cache, use_cache=True
         )
     assert step.cache is cache and cache.get_seq_length() == TARGET.shape[1]
-    torch.testing.assert_close(step.logits, full[:, 4:], atol=1e-5, rtol=0)
+    assert_same_maths(step.logits, full[:, 4:], **model_reductions(model.config))
 
 
 @pytest.mark.parametrize("preset", ["hc-sa", "gmm-synthesis", "base-no-sa"])
