@@ -40,9 +40,6 @@ from conftest import (
 )
 
 
-pytestmark = pytest.mark.numerics
-
-
 HC_LAYOUT = {"encoder_self": {"kind": "hard_coded", "offsets": [-1, 1]}}
 # Layer 0 hard-coded (no query/key), layers 1 and 2 dot product sharing one query/key set.
 MIXED_TIED_LAYOUT = {"encoder_self": {"default": "dot", "layers": {"0": "hard_coded"}, "tie_query_key": "1,2"}}
@@ -64,6 +61,7 @@ def tiny_config(**overrides):
 # The base layout is transformers' BERT
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("bert_class, simple_class", PAIRS, ids=lambda c: c.__name__)
 def test_base_layout_has_berts_parameters_and_outputs(bert_class, simple_class):
     torch.manual_seed(0)
@@ -85,6 +83,7 @@ def test_base_layout_has_berts_parameters_and_outputs(bert_class, simple_class):
             assert_same_maths(actual[key], expected[key], **model_reductions(model.config))
 
 
+@pytest.mark.numerics
 def test_bert_checkpoint_loads_without_missing_or_unexpected_keys(tmp_path):
     torch.manual_seed(0)
     reference = BertForMaskedLM(BertConfig(**TINY_BERT)).eval()
@@ -156,6 +155,7 @@ def test_config_round_trip_and_preset():
 # Behaviour
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize(
     "layout, pooling",
     [(None, "cls"), (HC_LAYOUT, "cls"), (BAND2_LAYOUT, "cls"), (MIXED_TIED_LAYOUT, "cls"), (BAND2_LAYOUT, "mean")],
@@ -177,6 +177,7 @@ def test_padded_batch_equals_each_example_alone(layout, pooling):
             )
 
 
+@pytest.mark.numerics
 def test_mean_pooling_feeds_the_pooler_the_mean_of_the_real_tokens():
     torch.manual_seed(0)
     model = SimpleAttnBertModel(tiny_config(classifier_pooling="mean")).eval().double()
@@ -219,6 +220,7 @@ def test_with_band1_heads_the_first_token_reads_layers_times_one_positions(pooli
     assert changed_at == {position: position <= reach for position in range(10)}
 
 
+@pytest.mark.numerics
 def test_output_attentions_hidden_states_and_tuples():
     torch.manual_seed(0)
     model = SimpleAttnBertForTokenClassification(tiny_config(attention_layout=HC_LAYOUT, num_labels=5)).eval().double()
@@ -240,6 +242,7 @@ def test_output_attentions_hidden_states_and_tuples():
     assert_same_maths(as_tuple[1], outputs.logits, **model_reductions(model.config))
 
 
+@pytest.mark.numerics
 def test_gradient_checkpointing_gives_the_same_gradients():
     torch.manual_seed(0)
     model = SimpleAttnBertForMaskedLM(tiny_config(attention_layout=MIXED_TIED_LAYOUT)).train().double()
@@ -290,6 +293,7 @@ def test_save_pretrained_round_trip_keeps_ties_and_logits(tmp_path):
         )
 
 
+@pytest.mark.numerics
 def test_pipelines_in_memory_and_from_a_folder(tmp_path, bert_tokenizer):
     torch.manual_seed(0)
     config = tiny_config(
@@ -421,6 +425,7 @@ def minilm():
     return BertModel.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path), path
 
 
+@pytest.mark.numerics
 @requires_minilm
 def test_minilm_base_layout_reproduces_bert_hidden_states(minilm):
     reference, tokenizer, _ = minilm
@@ -437,6 +442,7 @@ def test_minilm_base_layout_reproduces_bert_hidden_states(minilm):
     assert_same_maths(actual.pooler_output, expected.pooler_output, **model_reductions(model.config))
 
 
+@pytest.mark.numerics
 @requires_minilm
 def test_minilm_fill_mask_and_feature_extraction_match_bert(minilm):
     reference_encoder, tokenizer, path = minilm
@@ -466,6 +472,7 @@ def test_minilm_fill_mask_and_feature_extraction_match_bert(minilm):
     )
 
 
+@pytest.mark.numerics
 @requires_minilm
 @pytest.mark.parametrize("layout", [None, HC_LAYOUT], ids=["base", "hc"])
 def test_minilm_padded_batch_equals_each_sentence_alone(minilm, layout):

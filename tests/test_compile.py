@@ -21,9 +21,6 @@ from hf_simple_attn.modeling.presets import list_presets
 from conftest import TINY_BERT, TINY_MARIAN, assert_same_maths, make_model, model_reductions, padded_bert_batch
 
 
-pytestmark = pytest.mark.numerics
-
-
 # One preset of each family (dot, hard_coded, recurrent, random_synthesizer, local, gaussian_mixture, hard_retrieval).
 FAMILY_PRESETS = ["base", "hc-all", "ran-all", "syn-r", "local-all", "gmm", "hard-dec"]
 
@@ -173,6 +170,7 @@ def compiled_and_eager_training_steps(model, backend: str):
     return results
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset", FAMILY_PRESETS)
 def test_fullgraph_compiled_training_step_equals_eager(preset):
     torch._dynamo.reset()
@@ -186,6 +184,7 @@ def test_fullgraph_compiled_training_step_equals_eager(preset):
         assert_same_maths(compiled_gradients[name], gradient, **model_reductions(model.config))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset", FAMILY_PRESETS)
 def test_fullgraph_compiled_cached_decoding_steps_equal_eager(preset):
     torch._dynamo.reset()

@@ -13,9 +13,6 @@ from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForMaskedLM
 from conftest import TINY_BERT, assert_same_maths, model_reductions, run_without_package
 
 
-pytestmark = pytest.mark.numerics
-
-
 PRESETS = hf_simple_attn.list_presets("encoder")
 SENTENCES = [[2, 5, 6, 7, 8, 9, 10, 3], [2, 11, 12, 3]]
 
@@ -33,6 +30,7 @@ def padded():
     return ids, mask
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset", PRESETS)
 def test_padded_batch_equals_each_example_alone(preset):
     model = make_model(preset).double()

@@ -29,9 +29,6 @@ from hf_simple_attn.deploy.quantize import quantize_onnx_int8
 from conftest import TINY_MARIAN, assert_same_maths, make_model, model_reductions
 
 
-pytestmark = pytest.mark.numerics
-
-
 PAD = TINY_MARIAN["pad_token_id"]
 # Two decoder layers keep the layers without cross attention of `sh-x`; one encoder layer is enough for the encoder
 # families (tied projections are exercised by the output layer tied to the embeddings).
@@ -74,6 +71,7 @@ def source_batch(batch_size: int, length: int, seed: int = 0) -> tuple[torch.Ten
     return input_ids, attention_mask
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset", presets_with_new_layers(ENCODER_FIELDS))
 def test_encoder_exports_and_equals_eager(preset):
     model, program = exported(preset, "encoder", torch.float64)
@@ -93,6 +91,7 @@ def test_encoder_exports_and_equals_eager(preset):
                 assert_same_maths(output, expected_output, **reductions)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset", presets_with_new_layers(DECODER_FIELDS))
 def test_decoder_step_exports_and_equals_the_full_forward(preset):
     """Stepping the exported program from the empty state gives (through the output layer) the logits of the
@@ -177,6 +176,7 @@ def onnx_models(tmp_path_factory):
     return get
 
 
+@pytest.mark.numerics
 @needs_onnxruntime
 @pytest.mark.parametrize("preset", ONNX_PRESETS)
 def test_onnx_runtime_logits_and_tokens_equal_pytorch(preset, onnx_models):

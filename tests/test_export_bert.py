@@ -24,9 +24,6 @@ from hf_simple_attn.deploy.export_bert import OnnxBertModel, export_bert_onnx, e
 from conftest import TINY_BERT, assert_same_maths, build_bert_tokenizer, model_reductions, padded_bert_batch
 
 
-pytestmark = pytest.mark.numerics
-
-
 # One preset per family: dot product, local bands, hard-coded, RAN, Synthesizer, per-head local masks, hard retrieval.
 ONNX_PRESETS = ["base", "band6", "hc-sa", "ran-e", "syn-r", "local-all", "hard-all"]
 MODEL_CLASSES = {
@@ -77,6 +74,7 @@ def eager(model, input_ids, attention_mask, token_type_ids):
     return model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset", list_presets("encoder"))
 def test_every_preset_exports_and_equals_eager(preset):
     """A padded batch of 2, then other batch sizes and lengths (the shortest the program takes included)."""
@@ -94,6 +92,7 @@ def test_export_refuses_a_model_in_training_mode():
         export_bert_program(make_model("base").train())
 
 
+@pytest.mark.numerics
 @needs_onnxruntime
 @pytest.mark.parametrize("preset", ONNX_PRESETS)
 def test_onnx_runtime_logits_equal_pytorch(preset, tmp_path):
@@ -113,6 +112,7 @@ def test_onnx_runtime_logits_equal_pytorch(preset, tmp_path):
         onnx_model(torch.ones(1, 65, dtype=torch.long))
 
 
+@pytest.mark.numerics
 @needs_onnxruntime
 @pytest.mark.parametrize("head", ["token-classification", "bare", "bare-without-pooler"])
 def test_onnx_model_returns_the_outputs_of_its_model_class(head, tmp_path):
@@ -130,6 +130,7 @@ def test_onnx_model_returns_the_outputs_of_its_model_class(head, tmp_path):
             assert_same_maths(actual_tensor, expected_tensor, **model_reductions(model.config))
 
 
+@pytest.mark.numerics
 @needs_onnxruntime
 def test_a_mean_pooling_classifier_exports_and_reads_the_real_tokens_only(tmp_path):
     """`classifier_pooling="mean"` averages under the attention mask inside the graph: padded batches of other sizes
@@ -141,6 +142,7 @@ def test_a_mean_pooling_classifier_exports_and_reads_the_real_tokens_only(tmp_pa
         assert_same_maths(onnx_model(*inputs).logits, eager(model, *inputs).logits, **model_reductions(model.config))
 
 
+@pytest.mark.numerics
 @needs_onnxruntime
 def test_onnx_int8_computes_the_tied_masked_lm_output_layer_in_int8(tmp_path):
     """The masked-LM head's output layer shares the embeddings' table; exported as the transpose of that table (too
@@ -174,6 +176,7 @@ def saved_classifier(folder):
     return model, tokenizer
 
 
+@pytest.mark.numerics
 @needs_onnxruntime
 def test_cli_exports_a_classifier_that_predicts_as_pytorch_in_float32_and_int8(tmp_path, capsys):
     onnx = pytest.importorskip("onnx")

@@ -14,9 +14,6 @@ from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel, Tran
 from conftest import TINY_MARIAN, assert_same_maths, build_tokenizer, model_reductions, run_without_package
 
 
-pytestmark = pytest.mark.numerics
-
-
 SENTENCES = ["the cat sat on the mat", "a big red car runs fast", "the dog is small"]
 # Every task a saved seq2seq model records in custom_pipelines (plus a 4.x-style translation task name).
 TASK_OUTPUTS = {
@@ -35,6 +32,7 @@ def marian_and_ours(tmp_path):
     return marian, ours
 
 
+@pytest.mark.numerics
 def test_marian_checkpoint_loads_into_base_with_the_same_logits_and_generate(tmp_path, tiny_tokenizer):
     marian, ours = marian_and_ours(tmp_path)
     assert isinstance(ours.config, SimpleAttnMarianConfig)

@@ -19,9 +19,6 @@ from hf_simple_attn import SimpleAttnMarianMTModel
 from conftest import TINY_MARIAN, assert_same_maths, cached_steps, make_model, model_reductions
 
 
-pytestmark = pytest.mark.numerics
-
-
 PAD = TINY_MARIAN["pad_token_id"]
 MIXED_LAYOUT = {
     "encoder_self": {"groups": [{"kind": "dot", "num_heads": 2}, {"kind": "hard_coded", "offsets": [-1, 1]}]},
@@ -53,6 +50,7 @@ def right_padded(rows):
     return ids, mask
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)
 def test_decoder_never_sees_later_tokens(preset, layout):
     model = make_model(preset, layout).double()
@@ -67,6 +65,7 @@ def test_decoder_never_sees_later_tokens(preset, layout):
     assert not torch.allclose(logits[:, 3:], changed_logits[:, 3:])
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)
 def test_padded_batch_equals_each_example_alone(preset, layout):
     model = make_model(preset, layout).double()
@@ -81,6 +80,7 @@ def test_padded_batch_equals_each_example_alone(preset, layout):
             assert_same_maths(batch_logits[row, : len(tgt)], alone[0], **model_reductions(model.config))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("preset, layout", LAYOUTS, ids=IDS)
 def test_cached_decoding_equals_full_forward(preset, layout):
     model = make_model(preset, layout).double()

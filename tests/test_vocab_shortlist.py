@@ -17,9 +17,6 @@ from hf_simple_attn.modeling.vocab_shortlist import CandidateRows
 from conftest import TINY_MARIAN, assert_same_maths, make_model, model_reductions, run_without_package
 
 
-pytestmark = pytest.mark.numerics
-
-
 VOCAB = TINY_MARIAN["vocab_size"]
 SPECIAL = [0, 1, VOCAB - 1]  # </s>, <unk>, <pad> of the tiny tokenizer
 SENTENCES = ["the cat sat on the mat", "a big red car runs fast", "the dog is small", "green tree and blue house"]
@@ -98,6 +95,7 @@ def logits_widths(model) -> list[int]:
     return widths
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_the_shortlist_search_runs_over_the_candidates_and_chooses_the_same_tokens(
     tiny_tokenizer, num_beams, monkeypatch
@@ -184,6 +182,7 @@ def test_beam_search_keeps_the_whole_vocabulary_when_its_filler_would_change(tin
         assert (set(widths) == {VOCAB}) == whole_vocabulary, num_beams
 
 
+@pytest.mark.numerics
 def test_shortlist_logits_are_the_full_logits_of_the_candidates(tiny_tokenizer):
     model = make_model("base").double()
     model.set_vocab_shortlist(*restricted_shortlist())
