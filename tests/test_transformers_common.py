@@ -143,10 +143,20 @@ ONLY_DOT_HEADS_READ_IT = (
     "families compute their weights their own way under either)"
 )
 
+# An absent decoder sublayer returns an attention map of zero heads (batch, 0, q_len, k_len), the shape `generate`'s
+# assisted decoding splits per token; transformers' test formats its failure message (`torch.max` of the difference)
+# before asserting, which raises on an empty tensor even when the outputs are equal.
+ZERO_HEAD_MAPS = (
+    "an absent decoder sublayer returns an attention map of zero heads, on which the test's failure message "
+    "(torch.max of the difference, formatted before the assertion) raises; `base` runs it for every model class"
+)
+
 
 def skipped_tests(attention_layout: dict) -> dict[str, str]:
     """{test: reason} of transformers' tests that do not apply to a model of this (expanded) attention layout."""
     skipped = dict(NOT_RUNNABLE)
+    if any(spec is None for site in ("decoder_self", "cross") for spec in attention_layout.get(site, [])):
+        skipped["test_model_outputs_equivalence"] = ZERO_HEAD_MAPS
     for site in SITES:
         if site not in attention_layout:
             continue
