@@ -30,6 +30,16 @@ CASES = {
 COMPILED_PRESETS = ["base", "hc-sa", "sh-x", "ran-all", "hard-dec", "gmm", "local-all"]
 
 
+def step_inputs(encoder_outputs, position: int) -> dict:
+    """The inputs of one cached decoding step of TARGET at `position` (the cache passed apart)."""
+    return {
+        "encoder_outputs": encoder_outputs,
+        "attention_mask": SOURCE_MASK,
+        "decoder_input_ids": TARGET[:, position : position + 1],
+        "use_cache": True,
+    }
+
+
 def generate(model, **kwargs):
     return model.generate(input_ids=SOURCE, attention_mask=SOURCE_MASK, max_new_tokens=NEW_TOKENS, **kwargs)
 
@@ -83,12 +93,7 @@ def test_a_user_built_static_cache_is_filled_in_place_with_the_logits_of_the_dyn
         # The cross-attention caches are not reordered (beam search permutes the beams of a sentence only).
         encoder_outputs = model.get_encoder()(input_ids=SOURCE, attention_mask=SOURCE_MASK)
         for position in range(2, TARGET.shape[1]):
-            step = {
-                "encoder_outputs": encoder_outputs,
-                "attention_mask": SOURCE_MASK,
-                "decoder_input_ids": TARGET[:, position : position + 1],
-                "use_cache": True,
-            }
+            step = step_inputs(encoder_outputs, position)
             expected = torch.cat([expected, model(**step, cache=dynamic).logits], dim=1)
             logits = torch.cat([logits, model(**step, cache=cache).logits], dim=1)
     assert_same_maths(logits, expected, **model_reductions(model.config))
@@ -140,12 +145,7 @@ def test_compiled_static_decoding_steps_have_one_graph_and_equal_eager(preset, d
         cached_steps(model, SOURCE, SOURCE_MASK, TARGET[:, :1], cache=dynamic)
         encoder_outputs = model.get_encoder()(input_ids=SOURCE, attention_mask=SOURCE_MASK)
         for position in range(1, TARGET.shape[1]):
-            step = {
-                "encoder_outputs": encoder_outputs,
-                "attention_mask": SOURCE_MASK,
-                "decoder_input_ids": TARGET[:, position : position + 1],
-                "use_cache": True,
-            }
+            step = step_inputs(encoder_outputs, position)
             assert_same_maths(
                 compiled_model(**step, cache=cache).logits,
                 model(**step, cache=dynamic).logits,
