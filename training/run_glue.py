@@ -72,6 +72,7 @@ from hf_simple_attn.training.model_setup import (
     load_pretrained_tokenizer,
     resumed_tokenizer,
 )
+from hf_simple_attn.training.run_steps import select_split, select_splits, train
 from hf_simple_attn.training.sampling import LengthGroupedTrainer
 from hf_simple_attn.training.tokenization import train_bert_tokenizer
 
@@ -344,10 +345,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     label_list, label_to_id = read_labels(reference_split, data_args.task_name)
     keys = sentence_keys(data_args.task_name, reference_split.column_names)
     check_trained_from_scratch(model_args, training_args.do_train)
-    if training_args.do_train and "train" not in raw_datasets:
-        raise ValueError("--do_train requires a train dataset")
+    raw_train = None
+    if training_args.do_train:
+        raw_train = select_split(raw_datasets, "train", data_args.max_train_samples, "--do_train")
     tokenizer = build_tokenizer(
-        model_args, size_args, data_args, raw_datasets, keys, checkpoint, show_progress(training_args)
+        model_args, size_args, data_args, raw_train, keys, checkpoint, show_progress(training_args)
     )
     model = build_encoder_model(
         model_args,
@@ -362,7 +364,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     check_checkpoint_fits(checkpoint, model.config)
     max_seq_length = usable_max_seq_length(data_args, tokenizer, model)
     tokenized = preprocess(raw_datasets, tokenizer, data_args, training_args, keys, label_to_id, max_seq_length)
-    splits = select_splits(tokenized, data_args, training_args)
+    # MNLI evaluates and predicts on its matched splits (and, in evaluate and predict, on the mismatched ones).
+    mnli_names = {"validation": "validation_matched", "test": "test_matched"}
+    splits = select_splits(tokenized, data_args, training_args, mnli_names if data_args.task_name == "mnli" else None)
     trainer = make_trainer(model, tokenizer, training_args, data_args, splits, label_list)
 
     all_metrics = {}
@@ -417,19 +421,16 @@ def pooling_config(model_args: GlueModelArguments) -> dict:
     return {} if model_args.classifier_pooling is None else {"classifier_pooling": model_args.classifier_pooling}
 
 
-def build_tokenizer(model_args, size_args, data_args, raw_datasets, keys: tuple, checkpoint, progress: bool):
+def build_tokenizer(model_args, size_args, data_args, raw_train, keys: tuple, checkpoint, progress: bool):
     """The pretrained tokenizer, the one saved with the checkpoint a from-scratch run resumes, or a WordPiece
-    vocabulary trained on the training texts."""
+    vocabulary trained on the texts of `raw_train` (the training split, up to --max_train_samples)."""
     tokenizer = resumed_tokenizer(model_args, checkpoint)
     if tokenizer is not None:
         return tokenizer
     if model_args.model_name_or_path is not None or model_args.tokenizer_name is not None:
         return load_pretrained_tokenizer(model_args)
-    training_split = raw_datasets["train"]
-    if data_args.max_train_samples is not None:
-        training_split = training_split.select(range(min(len(training_split), data_args.max_train_samples)))
     tokenizer = train_bert_tokenizer(
-        training_texts(training_split, keys),
+        training_texts(raw_train, keys),
         vocab_size=size_args.vocab_size,
         model_max_length=min(data_args.max_seq_length, size_args.max_position_embeddings),
         show_progress=progress,
@@ -471,31 +472,6 @@ def preprocess(raw_datasets, tokenizer, data_args, training_args, keys, label_to
         )
 
 
-def select(tokenized: DatasetDict, split_name: str, max_samples: int | None) -> datasets.Dataset:
-    split = tokenized[split_name]
-    return split.select(range(min(len(split), max_samples))) if max_samples is not None else split
-
-
-def select_splits(tokenized: DatasetDict, data_args: DataTrainingArguments, training_args) -> dict:
-    """The train, validation and test splits the run uses (None for one not used; MNLI: the matched ones), up to
-    --max_*_samples."""
-    mnli = data_args.task_name == "mnli"
-    splits = dict.fromkeys(("train", "validation", "test"))
-    if training_args.do_train:
-        splits["train"] = select(tokenized, "train", data_args.max_train_samples)
-    if training_args.do_eval:
-        eval_split = "validation_matched" if mnli else "validation"
-        if eval_split not in tokenized:
-            raise ValueError("--do_eval requires a validation dataset")
-        splits["validation"] = select(tokenized, eval_split, data_args.max_eval_samples)
-    if training_args.do_predict:
-        predict_split = "test_matched" if mnli else "test"
-        if predict_split not in tokenized:
-            raise ValueError("--do_predict requires a test dataset")
-        splits["test"] = select(tokenized, predict_split, data_args.max_predict_samples)
-    return splits
-
-
 def make_trainer(model, tokenizer, training_args, data_args: DataTrainingArguments, splits: dict, label_list):
     """The Trainer of the run, with the metrics of the task (`build_compute_metrics`)."""
     if data_args.pad_to_max_length:
@@ -515,24 +491,13 @@ def make_trainer(model, tokenizer, training_args, data_args: DataTrainingArgumen
     )
 
 
-def train(trainer, checkpoint: str | None) -> dict:
-    """Train (resuming `checkpoint`), save the model and the train metrics and state."""
-    train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    metrics = train_result.metrics
-    metrics["train_samples"] = len(trainer.train_dataset)
-    trainer.save_model()  # the tokenizer too
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-    return metrics
-
-
 def evaluate(trainer, tokenized: DatasetDict, data_args: DataTrainingArguments) -> dict:
     """Scores of the validation split (MNLI: matched and, with the suffix `_mm`, mismatched)."""
     logger.info("*** Evaluate ***")
     evaluations = [(trainer.eval_dataset, "")]
     if data_args.task_name == "mnli":
-        evaluations.append((select(tokenized, "validation_mismatched", data_args.max_eval_samples), "_mm"))
+        mismatched = select_split(tokenized, "validation_mismatched", data_args.max_eval_samples, "--do_eval")
+        evaluations.append((mismatched, "_mm"))
     eval_metrics = {}
     for dataset, suffix in evaluations:
         metrics = trainer.evaluate(eval_dataset=dataset)
@@ -549,7 +514,8 @@ def predict(trainer, tokenized: DatasetDict, test_dataset, data_args: DataTraini
     logger.info("*** Predict ***")
     predictions_runs = [(test_dataset, data_args.task_name or "")]
     if data_args.task_name == "mnli":
-        predictions_runs.append((select(tokenized, "test_mismatched", data_args.max_predict_samples), "mnli-mm"))
+        mismatched = select_split(tokenized, "test_mismatched", data_args.max_predict_samples, "--do_predict")
+        predictions_runs.append((mismatched, "mnli-mm"))
     all_metrics = {}
     for dataset, task in predictions_runs:
         labelled = "label" in dataset.column_names and all(label != -1 for label in dataset["label"])

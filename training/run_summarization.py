@@ -61,6 +61,7 @@ from hf_simple_attn.training.model_setup import (
     load_or_train_tokenizer,
     resumed_tokenizer,
 )
+from hf_simple_attn.training.run_steps import decode_token_ids, select_splits, train
 from hf_simple_attn.training.sampling import LengthGroupedSeq2SeqTrainer
 
 
@@ -295,27 +296,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     return all_metrics
 
 
-def select_splits(raw_datasets: DatasetDict, data_args: DataTrainingArguments, training_args) -> dict:
-    """The raw splits the run uses (train, validation, test; None for one not used), up to --max_*_samples."""
-    wanted = {
-        "train": (training_args.do_train, "--do_train", data_args.max_train_samples),
-        "validation": (training_args.do_eval, "--do_eval", data_args.max_eval_samples),
-        "test": (training_args.do_predict, "--do_predict", data_args.max_predict_samples),
-    }
-    return {
-        split: select_split(raw_datasets, split, max_samples, option) if used else None
-        for split, (used, option, max_samples) in wanted.items()
-    }
-
-
-def select_split(raw_datasets: DatasetDict, split: str, max_samples: int | None, option: str):
-    """The raw split, up to its first `max_samples` examples; `option` is the flag that needs it."""
-    if split not in raw_datasets:
-        raise ValueError(f"{option} requires a {split} dataset")
-    dataset = raw_datasets[split]
-    return dataset.select(range(min(len(dataset), max_samples))) if max_samples is not None else dataset
-
-
 def text_summary_pairs(texts: list, summaries: list) -> list[tuple[str, str]]:
     """The (text, summary) pairs that have both: the examples a run trains on and scores, in order."""
     return [(text, summary) for text, summary in zip(texts, summaries) if text and summary]
@@ -473,12 +453,6 @@ def make_trainer(model, tokenizer, training_args, data_args: DataTrainingArgumen
     )
 
 
-def decode(tokenizer, token_ids: np.ndarray) -> list[str]:
-    """Texts of a (batch, length) array of ids in which -100 marks padding."""
-    token_ids = np.where(token_ids != -100, token_ids, tokenizer.pad_token_id)
-    return [text.strip() for text in tokenizer.batch_decode(token_ids, skip_special_tokens=True)]
-
-
 def build_compute_metrics(tokenizer):
     """`compute_metrics` for the Trainer: ROUGE (with stemming, one sentence a line) and the generated length."""
     metric = load_metric("rouge")
@@ -487,8 +461,8 @@ def build_compute_metrics(tokenizer):
         predictions, labels = eval_preds
         if isinstance(predictions, tuple):
             predictions = predictions[0]
-        decoded_predictions = [split_sentences(text) for text in decode(tokenizer, predictions)]
-        decoded_labels = [split_sentences(text) for text in decode(tokenizer, labels)]
+        decoded_predictions = [split_sentences(text) for text in decode_token_ids(tokenizer, predictions)]
+        decoded_labels = [split_sentences(text) for text in decode_token_ids(tokenizer, labels)]
         result = metric.compute(predictions=decoded_predictions, references=decoded_labels, use_stemmer=True)
         result = {name: round(value * 100, 4) for name, value in result.items()}
         predictions = np.where(predictions != -100, predictions, tokenizer.pad_token_id)
@@ -496,18 +470,6 @@ def build_compute_metrics(tokenizer):
         return result
 
     return compute_metrics
-
-
-def train(trainer, checkpoint: str | None) -> dict:
-    """Train (resuming `checkpoint`), save the model and the train metrics and state."""
-    train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model()  # the tokenizer too
-    metrics = train_result.metrics
-    metrics["train_samples"] = len(trainer.train_dataset)
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-    return metrics
 
 
 def evaluate(trainer, generation_kwargs: dict) -> dict:
@@ -533,7 +495,7 @@ def predict(trainer, test_dataset, generation_kwargs: dict) -> dict:
         predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
         output_prediction_file = os.path.join(trainer.args.output_dir, "generated_predictions.txt")
         with open(output_prediction_file, "w", encoding="utf-8") as writer:
-            summaries = decode(trainer.processing_class, predictions)
+            summaries = decode_token_ids(trainer.processing_class, predictions)
             writer.write("\n".join(text.replace("\n", " ") for text in summaries) + "\n")
     return metrics
 

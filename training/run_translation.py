@@ -50,6 +50,7 @@ from hf_simple_attn.training.arguments import (
 )
 from hf_simple_attn.training.hub import publish_checkpoint
 from hf_simple_attn.training.model_setup import check_trained_from_scratch
+from hf_simple_attn.training.run_steps import decode_token_ids, select_splits, train
 from hf_simple_attn.training.sampling import LengthGroupedSeq2SeqTrainer
 from hf_simple_attn.training.translation_task import (
     TOKENIZING_DESCRIPTIONS,
@@ -57,7 +58,6 @@ from hf_simple_attn.training.translation_task import (
     TranslationScorer,
     dataset_label,
     load_raw_datasets,
-    select_split,
     source_and_target_texts,
     tokenize_translations,
     tokenizer_for_run,
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     checkpoint = checkpoint_to_resume(training_args)
     set_seed(training_args.seed)
 
-    raw_splits = load_splits(data_args, model_args, training_args)
+    raw_splits = select_splits(load_raw_datasets(data_args, model_args), data_args, training_args)
     check_trained_from_scratch(model_args, training_args.do_train)
     tokenizer = tokenizer_for_run(
         model_args, size_args, data_args, raw_splits["train"], checkpoint, show_progress(training_args)
@@ -128,20 +128,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if training_args.do_train and trainer.is_world_process_zero():
         publish(trainer, model_args, data_args, attention_args, scorer, all_metrics, push_to_hub, hub_token)
     return all_metrics
-
-
-def load_splits(data_args: DataTrainingArguments, model_args: ModelArguments, training_args) -> dict:
-    """The raw splits the run uses (train, validation, test; None for one not used), up to --max_*_samples."""
-    raw_datasets = load_raw_datasets(data_args, model_args)
-    wanted = {
-        "train": (training_args.do_train, data_args.max_train_samples, "--do_train"),
-        "validation": (training_args.do_eval, data_args.max_eval_samples, "--do_eval"),
-        "test": (training_args.do_predict, data_args.max_predict_samples, "--do_predict"),
-    }
-    return {
-        split: select_split(raw_datasets, split, max_samples, flag) if used else None
-        for split, (used, max_samples, flag) in wanted.items()
-    }
 
 
 def tokenize_splits(raw_splits: dict, tokenizer, data_args: DataTrainingArguments, training_args) -> dict:
@@ -188,25 +174,8 @@ def metrics_against(scorer: TranslationScorer, tokenizer, references: list[str])
     return compute_metrics
 
 
-def decode_token_ids(tokenizer, token_ids) -> list[str]:
-    """Texts of a (batch, length) array of ids in which -100 marks padding."""
-    token_ids = np.where(token_ids != -100, token_ids, tokenizer.pad_token_id)
-    return tokenizer.batch_decode(token_ids, skip_special_tokens=True)
-
-
 def generation_settings(data_args: DataTrainingArguments) -> dict:
     return {"max_length": data_args.val_max_target_length, "num_beams": data_args.num_beams}
-
-
-def train(trainer, checkpoint: str | None) -> dict:
-    """Train (resuming `checkpoint`), save the model and the train metrics and state."""
-    train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model()  # Saves the tokenizer too, and the modeling code for trust_remote_code.
-    metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-    return metrics
 
 
 def evaluate(trainer, data_args: DataTrainingArguments, scorer: TranslationScorer | None) -> dict:
@@ -236,7 +205,7 @@ def predict(trainer, data_args: DataTrainingArguments, scorer: TranslationScorer
     trainer.log_metrics("predict", metrics)
     trainer.save_metrics("predict", metrics)
     if trainer.is_world_process_zero() and trainer.args.predict_with_generate:
-        predictions = [text.strip() for text in decode_token_ids(tokenizer, predict_results.predictions)]
+        predictions = decode_token_ids(tokenizer, predict_results.predictions)
         Path(trainer.args.output_dir, "generated_predictions.txt").write_text(
             "\n".join(predictions) + "\n", encoding="utf-8"
         )

@@ -53,12 +53,12 @@ from hf_simple_attn.training.arguments import (
     parse_script_arguments,
 )
 from hf_simple_attn.training.hub import prepare_push, publish_checkpoint
+from hf_simple_attn.training.run_steps import select_split
 from hf_simple_attn.training.translation_task import (
     DataTrainingArguments,
     TranslationScorer,
     dataset_label,
     load_raw_datasets,
-    select_split,
     source_and_target_texts,
     tokenize_translations,
     tokenizer_for_run,

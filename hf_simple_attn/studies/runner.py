@@ -44,6 +44,7 @@ from filelock import FileLock, Timeout
 
 from ..modeling.presets import list_presets
 from ..training.arguments import last_complete_checkpoint
+from ..training.run_steps import select_split
 
 
 logger = logging.getLogger(__name__)
@@ -649,9 +650,7 @@ def evaluation_splits(study: Study, splits: tuple[str, ...]) -> dict[str, tuple[
     texts = {}
     for split in splits:
         limit = data_args.max_predict_samples if split == "test" else data_args.max_eval_samples
-        texts[split] = module.source_and_target_texts(
-            module.select_split(raw_datasets, split, limit, split), data_args
-        )
+        texts[split] = module.source_and_target_texts(select_split(raw_datasets, split, limit, split), data_args)
     return texts
 
 
@@ -670,7 +669,7 @@ def evaluation_labels(study: Study) -> tuple[list[str], list[int]] | None:
     raw_datasets = module.load_raw_datasets(data_args, model_args, True)
     reference_split = raw_datasets["train"] if "train" in raw_datasets else next(iter(raw_datasets.values()))
     label_names, label_to_id = module.read_labels(reference_split, None)
-    test = module.select(raw_datasets, "test", data_args.max_predict_samples)
+    test = select_split(raw_datasets, "test", data_args.max_predict_samples, "test")
     if label_names is None or "label" not in test.column_names:
         return None
     labels = test["label"] if label_to_id is None else [label_to_id.get(label, -1) for label in test["label"]]

@@ -252,13 +252,6 @@ def check_languages(raw_datasets: DatasetDict, source_lang: str, target_lang: st
             )
 
 
-def select_split(raw_datasets: DatasetDict, split: str, max_samples: int | None, flag: str):
-    if split not in raw_datasets:
-        raise ValueError(f"{flag} requires a {split} split; the data has {list(raw_datasets)}")
-    dataset = raw_datasets[split]
-    return dataset.select(range(min(max_samples, len(dataset)))) if max_samples is not None else dataset
-
-
 def source_and_target_texts(dataset, data_args: DataTrainingArguments) -> tuple[list[str], list[str]]:
     pairs = dataset["translation"]
     return [pair[data_args.source_lang] for pair in pairs], [pair[data_args.target_lang] for pair in pairs]
@@ -407,7 +400,6 @@ __all__ = [
     "TranslationScorer",
     "dataset_label",
     "load_raw_datasets",
-    "select_split",
     "source_and_target_texts",
     "tokenize_translations",
     "tokenizer_for_run",
