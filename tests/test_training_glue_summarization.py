@@ -16,6 +16,12 @@ import pytest
 import torch
 
 import hf_simple_attn.training.hub
+from hf_simple_attn.training.classification_task import (
+    DataTrainingArguments,
+    average_ranks,
+    build_compute_metrics,
+    sentence_keys,
+)
 
 from conftest import HUB_TOKEN, assert_hub_token_kept_out, assert_saved_as_trained, record_calls
 
@@ -373,7 +379,7 @@ def test_glue_from_converted_minilm_with_local_layout(run_glue, tmp_path):
     assert "converted from" in card and "base_model:" in card
 
 
-def test_glue_task_metrics_follow_glue(run_glue):
+def test_glue_task_metrics_follow_glue():
     """GLUE's metric per task, by hand on 4 examples: predicted 1,0,1,1 vs gold 1,0,0,1.
 
     accuracy 3/4; F1 of class 1: TP 2, FP 1, FN 0 -> 2·2 / (2·2 + 1 + 0) = 0.8;
@@ -383,33 +389,33 @@ def test_glue_task_metrics_follow_glue(run_glue):
 
     logits = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 2.0], [-1.0, 1.0]])
     prediction = EvalPrediction(predictions=logits, label_ids=np.array([1, 0, 0, 1]))
-    cola = run_glue.build_compute_metrics("cola", False, 2)(prediction)
+    cola = build_compute_metrics("cola", False, 2)(prediction)
     assert cola.keys() == {"matthews_correlation"}
     assert cola["matthews_correlation"] == pytest.approx(2 / math.sqrt(12))
-    mrpc = run_glue.build_compute_metrics("mrpc", False, 2)(prediction)
+    mrpc = build_compute_metrics("mrpc", False, 2)(prediction)
     assert mrpc == pytest.approx({"accuracy": 0.75, "f1": 0.8, "combined_score": 0.775})
-    assert run_glue.build_compute_metrics("sst2", False, 2)(prediction) == {"accuracy": 0.75}
-    local = run_glue.build_compute_metrics(None, False, 2)(prediction)
+    assert build_compute_metrics("sst2", False, 2)(prediction) == {"accuracy": 0.75}
+    local = build_compute_metrics(None, False, 2)(prediction)
     assert local == pytest.approx({"accuracy": 0.75, "f1": 0.8, "matthews_correlation": 2 / math.sqrt(12)})
 
     # STS-B: predictions 1,2,3,4 vs gold 2,4,6,8: perfectly correlated; MSE (1 + 4 + 9 + 16) / 4 = 7.5
     regression = EvalPrediction(predictions=np.array([[1.0], [2.0], [3.0], [4.0]]), label_ids=np.array([2.0, 4, 6, 8]))
-    stsb = run_glue.build_compute_metrics("stsb", True, 1)(regression)
+    stsb = build_compute_metrics("stsb", True, 1)(regression)
     assert stsb == pytest.approx({"pearson": 1.0, "spearmanr": 1.0, "combined_score": 1.0})
-    assert run_glue.build_compute_metrics(None, True, 1)(regression)["mse"] == pytest.approx(7.5)
+    assert build_compute_metrics(None, True, 1)(regression)["mse"] == pytest.approx(7.5)
     # tied values share the mean of their ranks: sorted 1, 2, 3, 3 -> ranks 0, 1, 2.5, 2.5
-    assert run_glue.average_ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [2.5, 0.0, 2.5, 1.0]
+    assert average_ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [2.5, 0.0, 2.5, 1.0]
 
 
-def test_glue_column_detection(run_glue):
-    assert run_glue.sentence_keys("qqp", ["question1", "question2", "label", "idx"]) == ("question1", "question2")
-    assert run_glue.sentence_keys(None, ["premise", "hypothesis", "label"]) == ("premise", "hypothesis")
-    assert run_glue.sentence_keys(None, ["label", "sentence", "idx"]) == ("sentence", None)
-    assert run_glue.sentence_keys(None, ["text", "label"]) == ("text", None)
+def test_glue_column_detection():
+    assert sentence_keys("qqp", ["question1", "question2", "label", "idx"]) == ("question1", "question2")
+    assert sentence_keys(None, ["premise", "hypothesis", "label"]) == ("premise", "hypothesis")
+    assert sentence_keys(None, ["label", "sentence", "idx"]) == ("sentence", None)
+    assert sentence_keys(None, ["text", "label"]) == ("text", None)
     with pytest.raises(ValueError, match="--task_name"):
-        run_glue.DataTrainingArguments(task_name="squad")
+        DataTrainingArguments(task_name="squad")
     with pytest.raises(ValueError, match="--validation_file: expected a file ending in .json, .jsonl, .csv, .tsv"):
-        run_glue.DataTrainingArguments(train_file="a.csv", validation_file="b.parquet")
+        DataTrainingArguments(train_file="a.csv", validation_file="b.parquet")
 
 
 def test_glue_push_to_hub_uploads_the_finished_folder(run_glue, tmp_path, monkeypatch, fake_hub):

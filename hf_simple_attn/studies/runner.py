@@ -43,7 +43,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..modeling.presets import list_presets
-from ..training.arguments import last_complete_checkpoint
+from ..training.arguments import ModelArguments, last_complete_checkpoint
 from ..training.run_steps import select_split
 
 
@@ -634,7 +634,7 @@ def script_data_arguments(study: Study):
     module, parser = script_parser(study)
     first = Run(study.presets[0], study.seeds_of(study.presets[0])[0])
     *parsed, _ = parser.parse_args_into_dataclasses(command_for(study, first)[2:], return_remaining_strings=True)
-    model_args = next(group for group in parsed if isinstance(group, module.ModelArguments))
+    model_args = next(group for group in parsed if isinstance(group, ModelArguments))
     data_args = next(group for group in parsed if isinstance(group, module.DataTrainingArguments))
     return module, model_args, data_args
 
