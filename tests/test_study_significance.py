@@ -9,7 +9,7 @@ import sacrebleu
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from hf_simple_attn.metrics import load_metric
-from hf_simple_attn.studies.runner import evaluation_labels, evaluation_texts, load_study, script_module
+from hf_simple_attn.studies.runner import evaluation_labels, evaluation_texts, load_study
 from hf_simple_attn.studies.summary import (
     CONFUSION_SCORES,
     bootstrap_test,
@@ -20,6 +20,7 @@ from hf_simple_attn.studies.summary import (
     significance,
     summarize,
 )
+from hf_simple_attn.training.summarization_task import split_sentences
 
 
 REFERENCES = [f"the cat sat on the mat number {n} today" for n in range(40)]
@@ -70,8 +71,7 @@ def test_bootstrap_test_is_sacrebleus_paired_bootstrap(monkeypatch, seed):
     assert ours == theirs and 0.001 < ours["p_value"] < 1  # the same draws and statistic: the same figures
 
 
-def test_per_summary_rouge_reproduces_the_runs_corpus_rouge(tmp_path):
-    split_sentences = script_module(summarization_study(tmp_path)).split_sentences
+def test_per_summary_rouge_reproduces_the_runs_corpus_rouge():
     references = ["The cat sat on the mat. It was happy!", "Dogs run fast in parks.", "A tool to read files."]
     baseline = ["the cat sat. it sat on a mat", "dogs are running fast", "A file reader."]
     system = ["The cat sat on the mat. It was happy!", "dogs run in the park", "a tool that reads files"]

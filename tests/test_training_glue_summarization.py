@@ -22,6 +22,7 @@ from hf_simple_attn.training.classification_task import (
     build_compute_metrics,
     sentence_keys,
 )
+from hf_simple_attn.training.summarization_task import split_sentences
 
 from conftest import HUB_TOKEN, assert_hub_token_kept_out, assert_saved_as_trained, record_calls
 
@@ -564,9 +565,9 @@ def test_summarization_rouge_with_generate(run_summarization, tmp_path):
     assert "pipeline_tag: summarization" in card and "ROUGE-1" in card and "'summarize: '" in card
 
 
-def test_summarization_split_sentences(run_summarization):
-    assert run_summarization.split_sentences(" It works. Does it? Yes!  ") == "It works.\nDoes it?\nYes!"
-    assert run_summarization.split_sentences("version 1.2 of the tool") == "version 1.2 of the tool"
+def test_summarization_split_sentences():
+    assert split_sentences(" It works. Does it? Yes!  ") == "It works.\nDoes it?\nYes!"
+    assert split_sentences("version 1.2 of the tool") == "version 1.2 of the tool"
 
 
 def test_summarization_push_to_hub_offline_stops_before_training(run_summarization, tmp_path, monkeypatch):

@@ -54,12 +54,12 @@ def reach_shares(tokenizer, pairs: list[tuple[str, str]], reaches: list[int]) ->
 def pair_baselines(study: Study, reaches: list[int], positive_label: str = "equivalent") -> dict:
     """The reach shares (with the study's tokenizer; absent when the runs train their own) and the length rule, on
     the pairs of the study's train, validation and test splits as its script reads them."""
-    module, model_args, data_args = script_data_arguments(study)
-    raw_datasets = module.load_raw_datasets(data_args, model_args, True)
-    first_key, second_key = module.sentence_keys(data_args.task_name, raw_datasets["train"].column_names)
+    task, model_args, data_args = script_data_arguments(study)
+    raw_datasets = task.load_raw_datasets(data_args, model_args, True)
+    first_key, second_key = task.sentence_keys(data_args.task_name, raw_datasets["train"].column_names)
     if second_key is None:
         raise ValueError(f"study {study.name!r}: a single-sentence task; the baselines need sentence pairs")
-    label_list, label_to_id = module.read_labels(raw_datasets["train"], data_args.task_name)
+    label_list, label_to_id = task.read_labels(raw_datasets["train"], data_args.task_name)
     if label_list is None or positive_label not in map(str, label_list):
         raise ValueError(
             f"study {study.name!r}: positive_label={positive_label!r} is not a label; labels: {label_list}"

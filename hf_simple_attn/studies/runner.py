@@ -28,6 +28,7 @@ results land in `<spec folder>/results/<study>/<preset>--seed<k>.json` (sweep ru
 predictions next to it for the paired bootstrap in `hf_simple_attn.studies.summary`.
 """
 
+import importlib
 import json
 import logging
 import math
@@ -54,6 +55,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TASKS = {
     "translation": {
         "script": "training/run_translation.py",
+        "task_module": "translation_task",
         "metrics": ("bleu", "chrf"),
         "selection_metric": "bleu",
         "display_scale": 1,
@@ -63,6 +65,7 @@ TASKS = {
     },
     "classification": {
         "script": "training/run_glue.py",
+        "task_module": "classification_task",
         "metrics": ("accuracy", "f1", "matthews_correlation"),
         "selection_metric": "accuracy",
         "display_scale": 100,  # fractions in the results, percent in tables and charts (points, as GLUE reports)
@@ -72,6 +75,7 @@ TASKS = {
     },
     "summarization": {
         "script": "training/run_summarization.py",
+        "task_module": "summarization_task",
         "metrics": ("rouge1", "rouge2", "rougeL"),
         "selection_metric": "rougeL",
         "display_scale": 1,
@@ -276,7 +280,7 @@ def check_script_options(study: Study) -> None:
     import argparse
 
     script = TASKS[study.task]["script"]
-    _, parser = script_parser(study)
+    parser = script_parser(study)
     where = study.spec_path or study.name
     for run in option_runs(study):
         try:
@@ -621,22 +625,24 @@ def script_module(study: Study):
 
 
 def script_parser(study: Study):
-    """(the task's training script as a module, a parser of its whole command line (`SCRIPT_ARGUMENTS`) that raises
-    on a bad option instead of exiting)."""
+    """A parser of the whole command line of the task's training script (`SCRIPT_ARGUMENTS`) that raises on a bad
+    option instead of exiting."""
     from transformers import HfArgumentParser
 
-    module = script_module(study)
-    return module, HfArgumentParser(module.SCRIPT_ARGUMENTS, exit_on_error=False)
+    return HfArgumentParser(script_module(study).SCRIPT_ARGUMENTS, exit_on_error=False)
 
 
 def script_data_arguments(study: Study):
-    """(module, model arguments, data arguments) as the task's script parses the study's command line."""
-    module, parser = script_parser(study)
+    """(the task's module in `hf_simple_attn.training`, model arguments, data arguments) as the task's script parses
+    the study's command line."""
+    task = importlib.import_module(f"..training.{TASKS[study.task]['task_module']}", __package__)
     first = Run(study.presets[0], study.seeds_of(study.presets[0])[0])
-    *parsed, _ = parser.parse_args_into_dataclasses(command_for(study, first)[2:], return_remaining_strings=True)
+    *parsed, _ = script_parser(study).parse_args_into_dataclasses(
+        command_for(study, first)[2:], return_remaining_strings=True
+    )
     model_args = next(group for group in parsed if isinstance(group, ModelArguments))
-    data_args = next(group for group in parsed if isinstance(group, module.DataTrainingArguments))
-    return module, model_args, data_args
+    data_args = next(group for group in parsed if isinstance(group, task.DataTrainingArguments))
+    return task, model_args, data_args
 
 
 def evaluation_splits(study: Study, splits: tuple[str, ...]) -> dict[str, tuple[list[str], list[str]]]:
@@ -645,12 +651,12 @@ def evaluation_splits(study: Study, splits: tuple[str, ...]) -> dict[str, tuple[
     score them tokenized and decoded, which ROUGE sees the same unless a summary was cut at the target length)."""
     if study.task not in ("translation", "summarization"):
         raise StudyError(f"study {study.name!r}: texts are read for translation and summarization, not {study.task!r}")
-    module, model_args, data_args = script_data_arguments(study)
-    raw_datasets = module.load_raw_datasets(data_args, model_args)
+    task, model_args, data_args = script_data_arguments(study)
+    raw_datasets = task.load_raw_datasets(data_args, model_args)
     texts = {}
     for split in splits:
         limit = data_args.max_predict_samples if split == "test" else data_args.max_eval_samples
-        texts[split] = module.source_and_target_texts(select_split(raw_datasets, split, limit, split), data_args)
+        texts[split] = task.source_and_target_texts(select_split(raw_datasets, split, limit, split), data_args)
     return texts
 
 
@@ -663,12 +669,12 @@ def evaluation_labels(study: Study) -> tuple[list[str], list[int]] | None:
     """(label names in id order, each test example's label id) as the study's classification runs read them; the
     names are those `predict_results.txt` writes. None when there are none to score: a GLUE task (hidden test labels),
     a regression, or a test split without a label for every example."""
-    module, model_args, data_args = script_data_arguments(study)
+    task, model_args, data_args = script_data_arguments(study)
     if data_args.task_name is not None:
         return None
-    raw_datasets = module.load_raw_datasets(data_args, model_args, True)
+    raw_datasets = task.load_raw_datasets(data_args, model_args, True)
     reference_split = raw_datasets["train"] if "train" in raw_datasets else next(iter(raw_datasets.values()))
-    label_names, label_to_id = module.read_labels(reference_split, None)
+    label_names, label_to_id = task.read_labels(reference_split, None)
     test = select_split(raw_datasets, "test", data_args.max_predict_samples, "test")
     if label_names is None or "label" not in test.column_names:
         return None
@@ -687,12 +693,12 @@ def write_baseline_result(study: Study, name: str) -> Path | None:
     if path.is_file():
         return None
     baseline = BASELINES[name]
-    module, _, data_args = script_data_arguments(study)
+    task, _, data_args = script_data_arguments(study)
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     if not baseline.available(source_lang, target_lang):
         logger.warning("baseline %s skipped: %s", name, baseline.install_hint(source_lang, target_lang))
         return None
-    scorer = module.TranslationScorer()
+    scorer = task.TranslationScorer()
     result = {"study": study.name, "baseline": name, "task": study.task, "system": baseline.describe()}
     for split, (sources, references) in evaluation_splits(study, ("validation", "test")).items():
         predictions = baseline.translate(sources, source_lang, target_lang)
