@@ -1,5 +1,6 @@
-"""What the training scripts in `training/` share: their arguments, model and tokenizer set-up, the translation
-task, length-grouped sampling, label smoothing, checkpoint conversion, model cards and Hub uploads.
+"""What the training scripts in `training/` share: their arguments, model and tokenizer set-up, the steps every
+script takes (`run_steps`), the translation, summarization and classification tasks (`*_task`), length-grouped
+sampling, label smoothing, checkpoint conversion, model cards and Hub uploads.
 
 It may import `modeling`, `data` and `metrics`, never `deploy` or `studies`.
 """
