@@ -612,7 +612,7 @@ def count_parameters(run_dir: Path, task: str) -> int:
 
 
 def script_module(study: Study):
-    """The task's training script as a module (its data loading is the one the runs used)."""
+    """The task's training script as a module (its `SCRIPT_ARGUMENTS` are the options the runs parse)."""
     import importlib.util
 
     script = REPO_ROOT / TASKS[study.task]["script"]
