@@ -10,6 +10,8 @@ files at every build, so that no page holds a hand-copied copy of them.
   (the model cards cite the same entries);
 - `<!-- benchmark:FILE.json -->`: the tables and target checks that `benchmarks/summarize.py` prints for
   `benchmarks/results/FILE.json`;
+- `<!-- gpu:PRESET,PRESET -->`: those presets' row of `benchmarks/results/gpu.json` (the family pages), from
+  `benchmarks/summarize.py`'s `gpu_presets`;
 - `<!-- reference:package -->`: the names `hf_simple_attn` exports (`__all__`), each linked to its reference entry;
 - maths (`$...$` inline, `$$...$$` displayed; `pymdownx.arithmatex` in generic mode) is rendered to MathML here,
   by `latex2mathml`, so that the browser lays it out with no script, font or stylesheet from anywhere; a formula it
@@ -35,7 +37,7 @@ from mkdocs.structure.files import File, Files
 
 
 REPO = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|reference):([A-Za-z0-9_.:\-]+) -->")
+MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|reference):([A-Za-z0-9_.:,\-]+) -->")
 SITE_LABELS = {"encoder_self": "encoder self", "decoder_self": "decoder self", "cross": "cross"}
 
 
@@ -236,6 +238,15 @@ def benchmark_marker(file_name: str) -> str:
     return f'{source}\n\n<div class="results" markdown="1">\n\n{output.getvalue().strip()}\n\n</div>'
 
 
+def gpu_marker(names: str) -> str:
+    """The rows of `names` from the committed GPU run, for a family page (the link is relative to docs/families/)."""
+    data = json.loads((REPO / "benchmarks" / "results" / "gpu.json").read_text(encoding="utf-8"))
+    intro, _, *table = benchmarks_summarize().gpu_presets(data, names.split(","))
+    source = f"From `benchmarks/results/gpu.json` ({data['environment'].get('date', '')[:10]}; every model: "
+    source += "[Benchmarks](../benchmarks.md#compiling-operators-per-step-and-the-gpu)). "
+    return source + intro + '\n\n<div class="results" markdown="1">\n\n' + "\n".join(table) + "\n\n</div>"
+
+
 # --- the API reference --------------------------------------------------------------------------------------------
 
 
@@ -268,5 +279,6 @@ GENERATORS = {
     "families": families_marker,
     "bibtex": bibtex_marker,
     "benchmark": benchmark_marker,
+    "gpu": gpu_marker,
     "reference": reference_marker,
 }
