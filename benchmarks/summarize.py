@@ -146,6 +146,18 @@ def count_ops(data: dict) -> list[str]:
     return lines
 
 
+# What the "identical to eager" share of bench_gpu.py's compiled decoding means, printed under its tables.
+IDENTICAL_TO_EAGER = (
+    "the share of the cell's sentences that compiled decoding gives token for token as eager decoding does, from the "
+    "same bf16 weights. The models are untrained (random weights), so many next-token logits lie close together; "
+    "the compiled graph fuses and orders the bf16 arithmetic differently, so rounding flips some arg-maxes, and from "
+    "the first flipped token on the rest of the sentence differs. A low share is not a wrong result: "
+    "tests/test_compile.py and tests/test_static_cache.py check that compiled steps give eager's logits up to "
+    "rounding (float64) and its tokens; the float32 share (a table of its own, in runs that measured it) is the share "
+    "without bf16's rounding."
+)
+
+
 def gpu(data: dict) -> list[str]:
     """bench_gpu.py: training (eager and compiled), memory, and decoding per cell (medians, min-max), with ratios to
     base and MarianMTModel, the device-busy shares, the compiled outputs identical to eager, and what the time budget
@@ -234,6 +246,9 @@ def gpu(data: dict) -> list[str]:
             lines += [f"- {cell['graphs_compiled_in_repeats']} graphs compiled in the timed repeats (recompiles)", ""]
         if "note" in cell:
             lines += [f"- {cell['note']}", ""]
+    cells = data.get("decoding", {}).get("cells", [])
+    if any("compiled" in model for cell in cells for model in cell["models"].values()):
+        lines += [f"- identical to eager: {IDENTICAL_TO_EAGER}", ""]
     identity = data.get("decoding", {}).get("identical_to_eager", {})
     if identity:
         lines += [
@@ -258,6 +273,50 @@ def gpu(data: dict) -> list[str]:
         if section["skipped"]:
             lines.append(f"- {name}: over its time budget, skipped " + ", ".join(section["skipped"]))
     return lines + [""]
+
+
+def gpu_presets(data: dict, names: list[str]) -> list[str]:
+    """A short table of bench_gpu.py's results for `names` (the family pages): each figure as a ratio to `base`'s in
+    the same mode of the same run (eager to eager, compiled to compiled), `-` where not measured."""
+    device, settings = data["environment"]["device"], data["settings"]
+    training, memory = data.get("training", {}).get("models", {}), data.get("memory", {}).get("models", {})
+    compiled_training = data.get("compiled-training", {}).get("models", {})
+    cells = {
+        (cell["batch_size"], cell["num_beams"]): cell["models"] for cell in data.get("decoding", {}).get("cells", [])
+    }
+    unknown = [name for name in names if name not in {*training, *memory, *(m for c in cells.values() for m in c)}]
+    if unknown:
+        raise ValueError(f"not measured in this run: {unknown}")
+
+    def versus_base(entry: dict | None) -> str:
+        return f"{entry['vs_base']['ratio_of_medians']:.2f}×" if entry and "vs_base" in entry else "-"
+
+    def decoding_cell(name: str, batch_size: int, num_beams: int, mode: str) -> str:
+        return versus_base(cells.get((batch_size, num_beams), {}).get(name, {}).get(mode))
+
+    lines = [
+        f"{device['name']}, {settings['size']}, bf16; ratios to `base` in the same run and mode (eager to eager, "
+        "compiled to compiled; `-`: not measured):",
+        "",
+        "| model | training tokens/s, eager | compiled | tokens per batch | greedy, batch 64, eager | compiled "
+        "| beam 4, batch 64, eager | greedy, batch 1, eager |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        compiled = compiled_training.get(name, {}).get("compiled") or training.get(name, {}).get("compiled")
+        fit = memory.get(name, {})
+        row = [
+            f"`{name}`",
+            versus_base(training.get(name, {}).get("eager")),
+            versus_base(compiled),
+            f"{fit['vs_base']['tokens_per_batch_ratio']:.2f}×" if "vs_base" in fit else "-",
+            decoding_cell(name, 64, 1, "eager"),
+            decoding_cell(name, 64, 1, "compiled"),
+            decoding_cell(name, 64, 4, "eager"),
+            decoding_cell(name, 1, 1, "eager"),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
 
 
 def int8(data: dict) -> list[str]:

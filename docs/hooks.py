@@ -10,7 +10,12 @@ files at every build, so that no page holds a hand-copied copy of them.
   (the model cards cite the same entries);
 - `<!-- benchmark:FILE.json -->`: the tables and target checks that `benchmarks/summarize.py` prints for
   `benchmarks/results/FILE.json`;
+- `<!-- gpu:PRESET,PRESET -->`: those presets' row of `benchmarks/results/gpu.json` (the family pages), from
+  `benchmarks/summarize.py`'s `gpu_presets`;
 - `<!-- reference:package -->`: the names `hf_simple_attn` exports (`__all__`), each linked to its reference entry;
+- maths (`$...$` inline, `$$...$$` displayed; `pymdownx.arithmatex` in generic mode) is rendered to MathML here,
+  by `latex2mathml`, so that the browser lays it out with no script, font or stylesheet from anywhere; a formula it
+  cannot convert (or converts leaving a TeX command behind) fails the build;
 - the charts and result pages of the studies (`studies/results/**/*.png`, `studies/results/<study>/README.md`) and
   the benchmark charts (`benchmarks/results/*.png`) are added to the site at the same paths.
 
@@ -19,18 +24,20 @@ writes them into the `<!-- study:NAME -->` blocks of `docs/studies/*.md`.
 """
 
 import contextlib
+import html
 import importlib.util
 import io
 import json
 import re
 from pathlib import Path
+from xml.etree import ElementTree
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
 
 REPO = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|reference):([A-Za-z0-9_.:\-]+) -->")
+MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|reference):([A-Za-z0-9_.:,\-]+) -->")
 SITE_LABELS = {"encoder_self": "encoder self", "decoder_self": "decoder self", "cross": "cross"}
 
 
@@ -55,6 +62,39 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             raise PluginError(f"{page.file.src_uri}: cannot fill {match.group(0)}: {error}") from error
 
     return MARKER.sub(replace, markdown)
+
+
+# --- maths ------------------------------------------------------------------------------------------------------
+
+# What pymdownx.arithmatex writes in generic mode: \(...\) in a span, \[...\] in a div, the TeX HTML-escaped.
+ARITHMATEX = re.compile(r'<(span|div) class="arithmatex">\\[(\[](.*?)\\[)\]]</\1>', re.S)
+
+
+def mathml(tex: str, display: str) -> str:
+    """`tex` as MathML; ValueError where latex2mathml fails or leaves a command it does not know as text."""
+    from latex2mathml.converter import convert
+
+    try:
+        output = convert(tex, display=display)
+        element = ElementTree.fromstring(output)
+    except Exception as error:  # latex2mathml raises its own exception types, or writes malformed XML
+        raise ValueError(f"cannot convert {tex!r} to MathML: {error}") from error
+    left = [text for node in element.iter() for text in (node.text, node.tail) if text and "\\" in text]
+    if left:
+        raise ValueError(f"cannot convert {tex!r} to MathML: {left[0]!r} is left as text")
+    return output
+
+
+def on_page_content(content: str, page, config, files) -> str:
+    def replace(match: re.Match) -> str:
+        tag, tex = match.group(1), html.unescape(match.group(2)).strip()
+        try:
+            output = mathml(tex, "block" if tag == "div" else "inline")
+        except ValueError as error:
+            raise PluginError(f"{page.file.src_uri}: {error}") from error
+        return f'<div class="arithmatex">{output}</div>' if tag == "div" else output
+
+    return ARITHMATEX.sub(replace, content)
 
 
 # --- the preset catalogue ---------------------------------------------------------------------------------------
@@ -194,7 +234,17 @@ def benchmark_marker(file_name: str) -> str:
     ]
     details = [detail for detail in details if detail]
     source += f" ({', '.join(details)})." if details else "."
-    return source + "\n\n" + output.getvalue().strip()
+    # In a div of their own: results tables keep each figure on one line and scroll sideways (docs/stylesheets).
+    return f'{source}\n\n<div class="results" markdown="1">\n\n{output.getvalue().strip()}\n\n</div>'
+
+
+def gpu_marker(names: str) -> str:
+    """The rows of `names` from the committed GPU run, for a family page (the link is relative to docs/families/)."""
+    data = json.loads((REPO / "benchmarks" / "results" / "gpu.json").read_text(encoding="utf-8"))
+    intro, _, *table = benchmarks_summarize().gpu_presets(data, names.split(","))
+    source = f"From `benchmarks/results/gpu.json` ({data['environment'].get('date', '')[:10]}; every model: "
+    source += "[Benchmarks](../benchmarks.md#compiling-operators-per-step-and-the-gpu)). "
+    return source + intro + '\n\n<div class="results" markdown="1">\n\n' + "\n".join(table) + "\n\n</div>"
 
 
 # --- the API reference --------------------------------------------------------------------------------------------
@@ -229,5 +279,6 @@ GENERATORS = {
     "families": families_marker,
     "bibtex": bibtex_marker,
     "benchmark": benchmark_marker,
+    "gpu": gpu_marker,
     "reference": reference_marker,
 }

@@ -5,6 +5,9 @@ models; the code that travels with checkpoints), `training` (what the training s
 CTranslate2, int8, shortlists), `studies` (the reproduction studies), `data` (offline corpora) and `metrics`.
 """
 
+# The package's version, the one source of it (pyproject.toml reads it; CHANGELOG.md has a section for each version).
+__version__ = "0.2.0"
+
 from transformers import (
     AutoConfig,
     AutoModel,

@@ -18,6 +18,7 @@ import re
 import sys
 import tempfile
 
+from . import __version__
 from .modeling.presets import PRESETS
 from .training.sizes import bert_size, marian_size
 
@@ -178,6 +179,7 @@ def push(args: argparse.Namespace) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="hf-simple-attn", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     presets = commands.add_parser("presets", help="list the named attention configurations")
     presets.add_argument("--kind", choices=sorted(PRESETS), default=None)

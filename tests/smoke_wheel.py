@@ -9,6 +9,7 @@ loads it back and translates through the pipeline.
 
 import sys
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -29,6 +30,8 @@ def main() -> None:
     installed = Path(hf_simple_attn.__file__).resolve()
     if not installed.is_relative_to(Path(sys.prefix).resolve()):
         sys.exit(f"hf_simple_attn was imported from {installed}, not from the environment at {sys.prefix}")
+    if version("hf_simple_attn") != hf_simple_attn.__version__:  # the wheel's version is read from the package
+        sys.exit(f"wheel version {version('hf_simple_attn')}, hf_simple_attn.__version__ {hf_simple_attn.__version__}")
     torch.manual_seed(0)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:

@@ -591,3 +591,16 @@ def test_gpu_profile_on_a_cpu(tmp_path, capsys):
     assert marian["vs_base"]["operator_calls"] == pytest.approx(
         marian["operator_calls"] / data["models"]["base"]["decoding"]["operator_calls"]
     )
+
+
+def test_gpu_presets_table_gives_each_preset_its_ratios_to_base():
+    """The family pages' GPU rows (docs/hooks.py `<!-- gpu:... -->`), from the committed bench_gpu.py run."""
+    with open(os.path.join(BENCHMARKS, "results", "gpu.json")) as handle:
+        data = json.load(handle)
+    lines = summarize.gpu_presets(data, ["sh-x", "gmm"])
+    rows = {line.split(" | ")[0].strip("| `"): line for line in lines if line.startswith("| `")}
+    assert list(rows) == ["sh-x", "gmm"]
+    ratio = data["training"]["models"]["sh-x"]["eager"]["vs_base"]["ratio_of_medians"]
+    assert rows["sh-x"].split(" | ")[1] == f"{ratio:.2f}×"
+    with pytest.raises(ValueError, match="not measured"):
+        summarize.gpu_presets(data, ["no-such-preset"])

@@ -6,6 +6,7 @@ never import `studies`. Checked on the source of every module, lazy imports insi
 """
 
 import ast
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -100,3 +101,18 @@ def test_pyproject_lists_every_package_and_ships_the_card_templates():
     assert sorted(setuptools["packages"]) == sorted(packages | {"hf_simple_attn.model_cards"})
     assert setuptools["package-dir"] == {"hf_simple_attn.model_cards": "model_cards"}
     assert (REPO_ROOT / "model_cards" / "model_card.md").is_file()
+
+
+def test_the_version_has_its_changelog_section_in_keep_a_changelog_form():
+    """`hf_simple_attn.__version__` (which pyproject.toml reads) is the newest release in CHANGELOG.md, and the changelog
+    uses only Keep a Changelog's section names."""
+    import hf_simple_attn
+
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hf_simple_attn.__version__"}
+    changelog = (REPO_ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    releases = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", changelog, re.M)
+    assert releases[0] == ("Unreleased", "")
+    assert releases[1][0] == hf_simple_attn.__version__ and releases[1][1], releases[:2]
+    sections = set(re.findall(r"^### (.+)$", changelog, re.M))
+    assert sections <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, sections
