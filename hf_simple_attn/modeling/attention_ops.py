@@ -1,6 +1,6 @@
 """Tensor operations the attention families share: masks, scores, fixed weight tables, dropout, a memo.
 
-A family module imports these and the registry, never another family's module, so that each
+A family module imports these and `attention_heads.py`, never another family's module nor the registry, so that each
 family can be read (and replaced) on its own.
 
 No family branches on tensor values: positions and lengths are Python ints (`AttentionContext`), so that eager
