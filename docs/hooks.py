@@ -4,10 +4,10 @@ files at every build, so that no page holds a hand-copied copy of them.
 - `<!-- presets:seq2seq -->`, `<!-- presets:encoder -->`: the preset catalogue, from
   `hf_simple_attn.modeling.presets`;
 - `<!-- presets:family:KIND -->`: the presets that use attention family KIND anywhere in their layout;
-- `<!-- families:table -->`: every registered attention family with the sites, projections and options it
-  declares (`hf_simple_attn.modeling.attention_registry.ATTENTION_FAMILIES`);
-- `<!-- bibtex:KIND -->`: the BibTeX of family KIND's paper, from `hf_simple_attn.training.model_card.CITATIONS`
-  (the model cards cite the same entries);
+- `<!-- families:table -->`: every registered attention family (`attention_registry.ATTENTION_FAMILIES`) with the
+  sites, projections, options and paper its class declares, and its page: the one in `docs/families/` whose markers
+  name its kind;
+- `<!-- bibtex:KIND -->`: the BibTeX of family KIND's paper, its class's `citation` (the model cards cite the same);
 - `<!-- benchmark:FILE.json -->`: the tables and target checks that `benchmarks/summarize.py` prints for
   `benchmarks/results/FILE.json`;
 - `<!-- gpu:PRESET,PRESET -->`: those presets' row of `benchmarks/results/gpu.json` (the family pages), from
@@ -16,6 +16,8 @@ files at every build, so that no page holds a hand-copied copy of them.
 - maths (`$...$` inline, `$$...$$` displayed; `pymdownx.arithmatex` in generic mode) is rendered to MathML here,
   by `latex2mathml`, so that the browser lays it out with no script, font or stylesheet from anywhere; a formula it
   cannot convert (or converts leaving a TeX command behind) fails the build;
+- the navigation lists every page of `docs/families/` under "Attention families", those `mkdocs.yml` does not name
+  after those it does;
 - the charts and result pages of the studies (`studies/results/**/*.png`, `studies/results/<study>/README.md`) and
   the benchmark charts (`benchmarks/results/*.png`) are added to the site at the same paths.
 
@@ -39,6 +41,21 @@ from mkdocs.structure.files import File, Files
 REPO = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|reference):([A-Za-z0-9_.:,\-]+) -->")
 SITE_LABELS = {"encoder_self": "encoder self", "decoder_self": "decoder self", "cross": "cross"}
+FAMILIES_SECTION = "Attention families"
+
+
+def on_config(config):
+    """Add the family pages that `mkdocs.yml`'s nav does not name to its "Attention families" section, so that a new
+    family's page needs no entry there."""
+    section = next(
+        entry[FAMILIES_SECTION] for entry in config["nav"] if isinstance(entry, dict) and FAMILIES_SECTION in entry
+    )
+    listed = {page if isinstance(page, str) else next(iter(page.values())) for page in section}
+    for path in sorted((Path(config["docs_dir"]) / "families").glob("*.md")):
+        page = f"families/{path.name}"
+        if page not in listed:
+            section.append(page)
+    return config
 
 
 def on_files(files: Files, config) -> Files:
@@ -180,18 +197,33 @@ def presets_marker(name: str) -> str:
 # --- the families ---------------------------------------------------------------------------------------------
 
 
+def family_pages(folder: Path = REPO / "docs" / "families") -> dict[str, str]:
+    """Each attention family's page in `folder` (its file name): the page whose markers name the kind."""
+    pages = {}
+    for path in sorted(folder.glob("*.md")):
+        for kind in re.findall(r"<!-- (?:presets:family|bibtex):(\w+) -->", path.read_text(encoding="utf-8")):
+            pages.setdefault(kind, path.name)
+    return pages
+
+
 def families_marker(name: str) -> str:
+    """The families table, for `docs/families/index.md` (its links are relative to that folder)."""
     if name != "table":
         raise ValueError(f"unknown families marker {name!r}")
     from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES
 
-    lines = ["| `kind` | class | sites | query/key projections | options |", "|---|---|---|---|---|"]
+    pages = family_pages()
+    lines = [
+        "| `kind` | class | sites | query/key projections | options | paper |",
+        "|---|---|---|---|---|---|",
+    ]
     for kind, family in ATTENTION_FAMILIES.items():
         options = ", ".join(f"`{option}`" for option in family.option_names) or "none"
+        name = f"[`{kind}`]({pages[kind]})" if kind in pages else f"`{kind}`"
         lines.append(
-            f"| `{kind}` | `{family.__module__.rsplit('.', 1)[-1]}.{family.__name__}` | "
+            f"| {name} | `{family.__module__.rsplit('.', 1)[-1]}.{family.__name__}` | "
             f"{', '.join(f'`{site}`' for site in family.sites)} | {'yes' if family.uses_query_key else 'no'} | "
-            f"{options} |"
+            f"{options} | {cell(family.paper)} |"
         )
     return "\n".join(lines)
 
@@ -200,9 +232,12 @@ def families_marker(name: str) -> str:
 
 
 def bibtex_marker(kind: str) -> str:
-    from hf_simple_attn.training.model_card import CITATIONS
+    from hf_simple_attn.modeling.attention_registry import get_attention_family
 
-    return "```bibtex\n" + CITATIONS[kind].strip() + "\n```"
+    citation = get_attention_family(kind).citation
+    if not citation:
+        raise ValueError(f"attention family {kind!r} declares no citation")
+    return "```bibtex\n" + citation.strip() + "\n```"
 
 
 # --- benchmark tables ---------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .modeling.attention_registry import ATTENTION_FAMILIES, LayoutError, register_attention
+from .modeling.attention_heads import LayoutError
+from .modeling.attention_registry import ATTENTION_FAMILIES, register_attention
 from .modeling.configuration_simple_attn import SimpleAttnMarianConfig
 from .modeling.configuration_simple_attn_bert import SimpleAttnBertConfig
 from .modeling.modeling_simple_attn_bert import (

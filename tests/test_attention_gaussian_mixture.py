@@ -6,7 +6,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import hf_simple_attn.modeling.attention_gaussian_mixture  # noqa: F401  (registers the family)
 from hf_simple_attn import LayoutError, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_gaussian_mixture import (
@@ -18,7 +17,7 @@ from hf_simple_attn.modeling.attention_gaussian_mixture import (
     GaussianMixtureHeads,
     mixture_log_density,
 )
-from hf_simple_attn.modeling.attention_registry import AttentionContext
+from hf_simple_attn.modeling.attention_heads import AttentionContext
 
 from conftest import assert_hand_computed, assert_same_maths, model_reductions
 

@@ -6,11 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import hf_simple_attn.modeling.attention_hard_retrieval  # noqa: F401  (registers the family)
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_hard_retrieval import HardRetrievalHeads, sample
-from hf_simple_attn.modeling.attention_registry import AttentionContext
+from hf_simple_attn.modeling.attention_heads import AttentionContext
 
 from conftest import assert_same_maths, model_reductions, sampling_tolerance
 

@@ -11,9 +11,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_simple_attn import LayoutError, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling import attention_local
+from hf_simple_attn.modeling.attention_heads import AttentionContext
 from hf_simple_attn.modeling.attention_local import ALL_SEVEN_MASKS, LocalMaskHeads
 from hf_simple_attn.modeling.attention_ops import TensorMemo
-from hf_simple_attn.modeling.attention_registry import AttentionContext
 from hf_simple_attn.modeling.modeling_simple_attn_marian import SimpleAttnMarianEncoder
 from hf_simple_attn.modeling.presets import get_preset
 

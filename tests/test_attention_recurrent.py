@@ -7,10 +7,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForSeq2SeqLM
 
-import hf_simple_attn.modeling.attention_recurrent  # noqa: F401  (registers the families)
 from hf_simple_attn import SimpleAttnMarianConfig
 from hf_simple_attn.modeling import attention_recurrent
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
+from hf_simple_attn.modeling.attention_heads import AttentionContext, LayoutError
 from hf_simple_attn.modeling.attention_recurrent import (
     RandomSynthesizerHeads,
     RecurrentAttentionState,
@@ -20,7 +20,6 @@ from hf_simple_attn.modeling.attention_recurrent import (
     position_weights,
     query_width,
 )
-from hf_simple_attn.modeling.attention_registry import AttentionContext, LayoutError
 
 from conftest import (
     TINY_MARIAN,

@@ -19,7 +19,6 @@ from transformers import (
     pipeline,
 )
 
-import hf_simple_attn.modeling.attention_local  # noqa: F401  (registers the `local` family)
 from hf_simple_attn import (
     LayoutError,
     SimpleAttnBertConfig,

@@ -4,7 +4,6 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertForQuestionAnswering, BertModel, MarianConfig, MarianMTModel
 
-import hf_simple_attn.modeling.attention_local  # noqa: F401  (registers the `local` family)
 from hf_simple_attn import (
     SimpleAttnBertForMaskedLM,
     SimpleAttnBertForSequenceClassification,

@@ -1,6 +1,6 @@
 """The contract every registered attention family keeps, parametrised from the registry itself.
 
-A family added with `@register_attention` is tested here without being named: at each site it
+A family in the registry is tested here without being named: at each site it
 declares, in a Marian-style model (and at `encoder_self` in a BERT-style encoder), sharing its
 layers with a `dot` group, and in one model with every other family side by side, it must give the documented shapes, keep the decoder causal, give a
 padded batch the same result as each example alone, decode step by step with the cache as the
@@ -13,7 +13,8 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
-from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES, SITES, AttentionHeads
+from hf_simple_attn.modeling.attention_heads import SITES, AttentionHeads
+from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES
 
 from conftest import TINY_BERT, TINY_MARIAN, assert_same_maths, cached_steps, make_model, model_reductions
 

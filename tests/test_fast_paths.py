@@ -8,8 +8,8 @@ from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttn
 from hf_simple_attn.modeling import attention_hard_coded
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_hard_coded import HardCodedGaussianHeads, depthwise_convolution, gaussian_radius
+from hf_simple_attn.modeling.attention_heads import AttentionContext
 from hf_simple_attn.modeling.attention_local import LocalMaskHeads
-from hf_simple_attn.modeling.attention_registry import AttentionContext
 from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer
 
 from conftest import TINY_MARIAN, assert_hand_computed, assert_same_maths, cached_steps, make_model, model_reductions

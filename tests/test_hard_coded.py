@@ -5,7 +5,7 @@ import torch
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention_hard_coded import HardCodedGaussianHeads
-from hf_simple_attn.modeling.attention_registry import AttentionContext
+from hf_simple_attn.modeling.attention_heads import AttentionContext
 
 from conftest import assert_hand_computed
 

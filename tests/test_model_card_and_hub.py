@@ -15,6 +15,7 @@ import pytest
 from huggingface_hub import ModelCard
 
 from hf_simple_attn import (
+    ATTENTION_FAMILIES,
     SimpleAttnBertConfig,
     SimpleAttnBertForSequenceClassification,
     SimpleAttnMarianConfig,
@@ -22,7 +23,7 @@ from hf_simple_attn import (
 )
 from hf_simple_attn.training.hub import files_to_push, push_checkpoint, push_command
 from hf_simple_attn.training.layout_table import layout_table
-from hf_simple_attn.training.model_card import CITATIONS, card_template, parse_metrics, write_model_card
+from hf_simple_attn.training.model_card import card_template, parse_metrics, write_model_card
 
 from conftest import HUB_TOKEN, TINY_MARIAN, serving_hub
 
@@ -97,7 +98,7 @@ def test_translation_card_metadata_and_body(marian_model, tmp_path):
         assert section in body
     assert "hard-coded heads use fixed Gaussian weights" in body and "Inputs longer than 64 tokens" in body
     assert "The Hub dataset `wmt16`" in body and "see the dataset's card on the Hub" in body
-    assert CITATIONS["hard_coded"] in body and "@inproceedings{you-etal-2020-hard," in body
+    assert ATTENTION_FAMILIES["hard_coded"].citation in body and "@inproceedings{you-etal-2020-hard," in body
     assert body.count("@inproceedings") == 1  # dot attention cites nothing
     assert "| BLEU signature | nrefs:1\\|case:mixed" in body  # pipes escaped inside the table
     assert 'pipeline("translation", model="someone/sh-x-en-de", trust_remote_code=True)' in body
@@ -175,7 +176,10 @@ def test_classification_and_summarization_cards(tmp_path):
     assert f"({attention_parameters:,} in attention sublayers)" in card.text and attention_parameters > 0
     assert f'pipeline("text-classification", model="{tmp_path / "cls"}", trust_remote_code=True)' in card.text
     assert layout_table(config) in card.text and "hidden size 32, 2 layers, 4 heads" in card.text
-    assert CITATIONS["local"] in card.text and "local heads attend only within their fixed masks" in card.text
+    assert (
+        ATTENTION_FAMILIES["local"].citation in card.text
+        and "local heads attend only within their fixed masks" in card.text
+    )
 
     summarizer = SimpleAttnMarianMTModel(SimpleAttnMarianConfig(**TINY_MARIAN))
     card = ModelCard.load(

@@ -39,7 +39,8 @@ from hf_simple_attn import (
     SimpleAttnMarianMTModel,
     list_presets,
 )
-from hf_simple_attn.modeling.attention_registry import SITES, get_attention_family
+from hf_simple_attn.modeling.attention_heads import SITES
+from hf_simple_attn.modeling.attention_registry import get_attention_family
 from hf_simple_attn.modeling.layout import query_key_slots, query_slots
 
 

@@ -6,8 +6,9 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
+from .attention_heads import AttentionContext, AttentionHeads, LayerSpec
 from .attention_ops import zero_padding
-from .attention_registry import AttentionContext, AttentionHeads, LayerSpec, get_attention_family
+from .attention_registry import get_attention_family
 from .layout import query_key_slots, query_slots
 
 

@@ -3,14 +3,16 @@
 import torch
 from torch import nn
 
+from .attention_heads import AttentionContext, AttentionHeads
 from .attention_ops import attention_dropout, dot_product_scores
-from .attention_registry import AttentionContext, AttentionHeads, register_attention
 
 
-@register_attention("dot")
 class DotProductHeads(AttentionHeads):
     """softmax(QKᵀ/√d)·V per head; uses PyTorch's SDPA kernel unless the weights are requested or the model's
     `attn_implementation` is "eager"."""
+
+    kind = "dot"
+    paper = "Vaswani et al. 2017, Attention Is All You Need"
 
     uses_query_key = True
 

@@ -43,8 +43,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_ops import attention_dropout, dot_product_scores, is_compiling, is_exporting, python_constant
-from .attention_registry import (
+from .attention_heads import (
     MAX_COMPONENTS,
     MAX_SIZE,
     AttentionContext,
@@ -52,8 +51,8 @@ from .attention_registry import (
     GroupSpec,
     LayoutError,
     positive_int,
-    register_attention,
 )
+from .attention_ops import attention_dropout, dot_product_scores, is_compiling, is_exporting, python_constant
 
 
 NORMALIZATIONS = ("approximate", "strict", "none")
@@ -184,7 +183,6 @@ class ParameterNetwork(nn.Module):
         return self.output(torch.tanh(self.hidden(query)))
 
 
-@register_attention("gaussian_mixture")
 class GaussianMixtureHeads(AttentionHeads):
     """Cross-attention heads whose weights fuse dot-product attention with a Gaussian mixture over source positions.
 
@@ -193,6 +191,18 @@ class GaussianMixtureHeads(AttentionHeads):
     `average` | `gmm_only`). Uses the sublayer's query/key projections (one slot per head); with
     `gmm_only` the queries only (the nets read them; no dot product), so the sublayer builds no key projection.
     """
+
+    kind = "gaussian_mixture"
+    paper = (
+        "Zhang and Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian "
+        "Mixture Model"
+    )
+    citation = """@inproceedings{zhang-feng-2021-modeling-concentrated,
+  title = {Modeling Concentrated Cross-Attention for Neural Machine Translation with {G}aussian Mixture Model},
+  author = {Zhang, Shaolei and Feng, Yang},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2021},
+  year = {2021}
+}"""
 
     sites = ("cross",)
     uses_query_key = True

@@ -39,8 +39,7 @@ import math
 import torch
 from torch import nn
 
-from .attention_ops import TensorMemo, apply_table, is_exporting, python_constant, zero_padding
-from .attention_registry import (
+from .attention_heads import (
     MAX_DISTANCE,
     AttentionContext,
     AttentionHeads,
@@ -49,9 +48,9 @@ from .attention_registry import (
     is_integer,
     number_in,
     positive_int,
-    register_attention,
     true_or_false,
 )
+from .attention_ops import TensorMemo, apply_table, is_exporting, python_constant, zero_padding
 
 
 DEFAULT_OFFSETS = {"encoder_self": [-1, 1], "decoder_self": [-1, 0], "cross": [-1, 0, 1]}
@@ -128,9 +127,18 @@ def depthwise_convolution(value: torch.Tensor, channel_kernel: torch.Tensor, fir
     return output.view(batch_size, num_heads, head_dim, length).transpose(2, 3)
 
 
-@register_attention("hard_coded")
 class HardCodedGaussianHeads(AttentionHeads):
     """Fixed Gaussian weights N(j; c(i) + offset_h, σ) per head over the values; no learned scores."""
+
+    kind = "hard_coded"
+    paper = "You, Sun and Iyyer 2020, Hard-Coded Gaussian Attention for Neural Machine Translation"
+    citation = """@inproceedings{you-etal-2020-hard,
+  title = {Hard-Coded {G}aussian Attention for Neural Machine Translation},
+  author = {You, Weiqiu and Sun, Simeng and Iyyer, Mohit},
+  booktitle = {Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics},
+  year = {2020}
+}"""
+    limitations = "hard-coded heads use fixed Gaussian weights that do not depend on the input"
 
     option_names = ("offsets", "sigma", "window", "indexing", "centre")
     takes_zeroed_padding = True  # padded keys are zeroed values: the weights need no mask

@@ -32,8 +32,8 @@ The parameters are exactly those of `dot`, so a model trained with one can decod
 import torch
 from torch import nn
 
+from .attention_heads import AttentionContext, AttentionHeads
 from .attention_ops import dot_product_scores, kept_attention_bias, python_constant
-from .attention_registry import AttentionContext, AttentionHeads, register_attention
 
 
 def retrieve(value: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -114,9 +114,18 @@ def sample(probabilities: torch.Tensor) -> torch.Tensor:
     return (probabilities / noise).argmax(dim=-1)
 
 
-@register_attention("hard_retrieval")
 class HardRetrievalHeads(AttentionHeads):
     """One-hot attention: sampled from softmax(QKᵀ/√d) in training, argmax of QKᵀ at inference."""
+
+    kind = "hard_retrieval"
+    paper = "Xu, Liu, van Genabith and Xiong 2021, Learning Hard Retrieval Decoder Attention for Transformers"
+    citation = """@inproceedings{xu-etal-2021-learning-hard-retrieval,
+  title = {Learning Hard Retrieval Decoder Attention for Transformers},
+  author = {Xu, Hongfei and Liu, Qiuhui and van Genabith, Josef and Xiong, Deyi},
+  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2021},
+  year = {2021}
+}"""
+    limitations = "hard-retrieval heads attend to exactly one token each"
 
     uses_query_key = True
     takes_zeroed_padding = True  # a padded key is never retrieved while a real one is allowed

@@ -45,24 +45,23 @@ import re
 import torch
 from torch import nn
 
-from .attention_ops import (
-    TensorMemo,
-    additive_mask,
-    attention_dropout,
-    is_exporting,
-    python_constant,
-    scaled_scores,
-)
-from .attention_registry import (
+from .attention_heads import (
     MAX_DISTANCE,
     MAX_HEADS,
     AttentionContext,
     AttentionHeads,
     GroupSpec,
     LayoutError,
+    additive_mask,
     positive_int,
-    register_attention,
     true_or_false,
+)
+from .attention_ops import (
+    TensorMemo,
+    attention_dropout,
+    is_exporting,
+    python_constant,
+    scaled_scores,
 )
 
 
@@ -190,9 +189,22 @@ def shifted_keys(states: torch.Tensor, first_query: int, query_length: int, dist
     return shifted
 
 
-@register_attention("local")
 class LocalMaskHeads(AttentionHeads):
     """Dot-product heads whose weights are cut to a fixed local pattern per head (Eq. 9)."""
+
+    kind = "local"
+    paper = (
+        "Pande, Budhraja, Nema, Kumar and Khapra 2020, On the Importance of Local Information in Transformer Based "
+        "Models"
+    )
+    citation = """@misc{pande-etal-2020-importance,
+  title = {On the Importance of Local Information in Transformer Based Models},
+  author = {Pande, Madhura and Budhraja, Aakriti and Nema, Preksha and Kumar, Pratyush and Khapra, Mitesh M.},
+  year = {2020},
+  eprint = {2008.05828},
+  archivePrefix = {arXiv}
+}"""
+    limitations = "local heads attend only within their fixed masks"
 
     sites = ("encoder_self", "decoder_self")
     uses_query_key = True

@@ -1,6 +1,6 @@
 """Tensor operations the attention families share: masks, scores, fixed weight tables, dropout, a memo.
 
-A family module imports these and the registry, never another family's module, so that each
+A family module imports these and `attention_heads.py`, never another family's module nor the registry, so that each
 family can be read (and replaced) on its own.
 
 No family branches on tensor values: positions and lengths are Python ints (`AttentionContext`), so that eager
@@ -16,12 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .attention_registry import AttentionContext
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """0 where attending is allowed, the dtype's minimum elsewhere (as transformers does: no NaN on empty rows)."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+from .attention_heads import AttentionContext
 
 
 def scaled_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:

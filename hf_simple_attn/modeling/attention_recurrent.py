@@ -43,15 +43,7 @@ from torch.func import functional_call
 from transformers import initialization as init
 from transformers.utils.generic import maybe_autocast
 
-from .attention_ops import (
-    TensorMemo,
-    apply_table,
-    attention_dropout,
-    is_compiling,
-    is_exporting,
-    kept_attention_bias,
-)
-from .attention_registry import (
+from .attention_heads import (
     MAX_SIZE,
     AttentionContext,
     AttentionHeads,
@@ -61,11 +53,25 @@ from .attention_registry import (
     LayoutError,
     is_number,
     positive_int,
-    register_attention,
     true_or_false,
+)
+from .attention_ops import (
+    TensorMemo,
+    apply_table,
+    attention_dropout,
+    is_compiling,
+    is_exporting,
+    kept_attention_bias,
 )
 
 
+RAN_PAPER = "Zeng et al. 2021, Recurrent Attention for Neural Machine Translation"
+RAN_BIBTEX = """@inproceedings{zeng-etal-2021-recurrent,
+  title = {Recurrent Attention for Neural Machine Translation},
+  author = {Zeng, Jiali and Wu, Shuangzhi and Yin, Yongjing and Jiang, Yufan and Li, Mu},
+  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing},
+  year = {2021}
+}"""
 SELF_ATTENTION_SITES = ("encoder_self", "decoder_self")
 TRANSITIONS = ("tanh_ln", "ffn")
 DEFAULT_MAX_POSITIONS = 256
@@ -498,9 +504,13 @@ class PositionLogitsHeads(AttentionHeads):
         return attend(weights, value, context, dropout, output_attentions)
 
 
-@register_attention("recurrent")
 class RecurrentHeads(PositionLogitsHeads):
     """RAN heads: the logits come from the stack's `RecurrentAttentionState` (one A0, one transition)."""
+
+    kind = "recurrent"
+    paper = RAN_PAPER
+    citation = RAN_BIBTEX
+    limitations = "recurrent (RAN) heads learn weights per position, with no interaction between tokens"
 
     option_names = (
         "max_positions",
@@ -643,9 +653,14 @@ class RecurrentHeads(PositionLogitsHeads):
         return context.shared(key, build)[self.family_layer_idx]
 
 
-@register_attention("random_synthesizer")
 class RandomSynthesizerHeads(PositionLogitsHeads):
     """Random Synthesizer heads: this layer's own learned logits (heads, M, M), no transition."""
+
+    kind = "random_synthesizer"
+    # The RAN paper's baseline: the cards cite the RAN paper.
+    paper = "Tay et al. 2020, Synthesizer; the RAN paper's Syn-R baseline (" + RAN_PAPER + ")"
+    citation = RAN_BIBTEX
+    limitations = "random-synthesizer heads learn weights per position, with no interaction between tokens"
 
     option_names = ("max_positions", "attention_dropout")
 

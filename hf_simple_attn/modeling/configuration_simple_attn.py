@@ -6,7 +6,7 @@ import re
 from huggingface_hub.dataclasses import strict
 from transformers import MarianConfig
 
-from .attention_registry import number_in, positive_int
+from .attention_heads import number_in, positive_int
 from .layout import merge_layouts, normalize_layout
 from .presets import get_preset
 

@@ -3,7 +3,7 @@
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig
 
-from .attention_registry import positive_int
+from .attention_heads import positive_int
 from .layout import merge_layouts, normalize_layout
 from .presets import get_preset
 

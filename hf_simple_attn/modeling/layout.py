@@ -25,27 +25,18 @@ each group a `GroupSpec` with the options its family's `normalize_spec` fills in
 
 import re
 
-# Importing a family module registers it; `from .module import Name` is the form that
-# save_pretrained follows when it copies the code for trust_remote_code.
-from .attention_dot import DotProductHeads  # noqa: F401
-from .attention_gaussian_mixture import GaussianMixtureHeads  # noqa: F401
-from .attention_hard_coded import HardCodedGaussianHeads  # noqa: F401
-from .attention_hard_retrieval import HardRetrievalHeads  # noqa: F401
-from .attention_local import LocalMaskHeads  # noqa: F401
-from .attention_recurrent import RecurrentHeads  # noqa: F401
-from .attention_registry import (
-    ATTENTION_FAMILIES,
+from .attention_heads import (
     MAX_HEADS,
     MAX_SIZE,
     SITES,
     GroupSpec,
     LayerSpec,
     LayoutError,
-    get_attention_family,
     is_integer,
     positive_int,
     true_or_false,
 )
+from .attention_registry import ATTENTION_FAMILIES, get_attention_family
 
 
 SITE_STACKS = {"encoder_self": "encoder", "decoder_self": "decoder", "cross": "decoder"}

@@ -30,7 +30,7 @@ from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import can_return_tuple
 
 from .attention import AttentionProjections, HeadGroups, query_key_ties
-from .attention_registry import AttentionContext
+from .attention_heads import AttentionContext
 from .configuration_simple_attn_bert import SimpleAttnBertConfig
 from .modeling_simple_attn_common import SimpleAttnBasePreTrainedModel
 from .stack import build_stack_state, check_inputs, prefixed, run_encoder_layers

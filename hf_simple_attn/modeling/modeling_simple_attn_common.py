@@ -7,7 +7,7 @@ import shutil
 import torch
 from transformers import PreTrainedModel
 
-from .attention_registry import AttentionHeads, AttentionStackState
+from .attention_heads import AttentionHeads, AttentionStackState
 
 
 MODELING_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -25,7 +25,7 @@ from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import SimpleAttention, query_key_ties
-from .attention_registry import AttentionContext
+from .attention_heads import AttentionContext
 from .cache import (
     cache_slots,
     decoder_cache_for,

@@ -6,6 +6,7 @@ any size; at the papers' sizes it is exactly the papers' configuration.
 """
 
 from .attention_local import ALL_SEVEN_MASKS
+from .attention_registry import ATTENTION_FAMILIES
 
 
 HC_SA_ENCODER = {"kind": "hard_coded", "offsets": [-1, 1]}
@@ -20,20 +21,16 @@ GMM_CROSS = {"kind": "gaussian_mixture"}
 RAN_HEADS = {"kind": "recurrent"}
 SYNTHESIZER_HEADS = {"kind": "random_synthesizer"}
 
-HARD_CODED_PAPER = "You, Sun and Iyyer 2020, Hard-Coded Gaussian Attention for Neural Machine Translation"
-LOCAL_PAPER = (
-    "Pande, Budhraja, Nema, Kumar and Khapra 2020, On the Importance of Local Information in Transformer Based Models"
-)
-RAN_PAPER = "Zeng et al. 2021, Recurrent Attention for Neural Machine Translation"
-GMM_PAPER = "Zhang and Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian Mixture Model"
-HARD_RETRIEVAL_PAPER = (
-    "Xu, Liu, van Genabith and Xiong 2021, Learning Hard Retrieval Decoder Attention for Transformers"
-)
+HARD_CODED_PAPER = ATTENTION_FAMILIES["hard_coded"].paper
+LOCAL_PAPER = ATTENTION_FAMILIES["local"].paper
+RAN_PAPER = ATTENTION_FAMILIES["recurrent"].paper
+GMM_PAPER = ATTENTION_FAMILIES["gaussian_mixture"].paper
+HARD_RETRIEVAL_PAPER = ATTENTION_FAMILIES["hard_retrieval"].paper
 
 SEQ2SEQ_PRESETS = {
     "base": {
         "description": "Standard Transformer: learned dot-product attention everywhere (BASE).",
-        "source": "Vaswani et al. 2017",
+        "source": ATTENTION_FAMILIES["dot"].paper,
         "layout": {},
     },
     "hc-sa": {
@@ -143,7 +140,7 @@ SEQ2SEQ_PRESETS = {
     },
     "syn-r": {
         "description": "Random Synthesizer: each encoder and decoder self-attention layer learns its own input-independent attention logits (heads × M × M); learned cross attention.",
-        "source": "Tay et al. 2020, Synthesizer; the RAN paper's Syn-R baseline (" + RAN_PAPER + ")",
+        "source": ATTENTION_FAMILIES["random_synthesizer"].paper,
         "layout": {"encoder_self": SYNTHESIZER_HEADS, "decoder_self": SYNTHESIZER_HEADS},
     },
     # Local masks (encoder self-attention; the paper's configurations b-l at 8 heads, 6 layers).

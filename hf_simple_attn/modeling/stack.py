@@ -7,7 +7,8 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
-from .attention_registry import AttentionContext, LayerSpec, get_attention_family
+from .attention_heads import AttentionContext, LayerSpec
+from .attention_registry import get_attention_family
 
 
 def check_inputs(

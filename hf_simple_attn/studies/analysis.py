@@ -27,7 +27,7 @@ from transformers import AutoTokenizer
 
 from ..data.files import DataFileError, checked_value, file_rows
 from ..modeling.attention_gaussian_mixture import GaussianMixtureHeads
-from ..modeling.attention_registry import SITES
+from ..modeling.attention_heads import SITES
 from ..modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
 from .runner import Run, Study, evaluation_texts, main_runs, run_finished, write_text_atomically
 from .summary import pyplot, save_figure

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..modeling.attention_registry import ATTENTION_FAMILIES
 from ..modeling.presets import get_preset
 from .layout_table import layout_table
 
@@ -91,55 +92,6 @@ LOCAL_CORPORA = {
 }
 # Parameter names of attention sublayers: Marian-style `self_attn`/`encoder_attn`, BERT-style `.attention.`.
 ATTENTION_PARAMETER = re.compile(r"attn|\.attention\.")
-# What each simplified family gives up, for the card's limitations.
-FAMILY_LIMITATIONS = {
-    "hard_coded": "hard-coded heads use fixed Gaussian weights that do not depend on the input",
-    "recurrent": "recurrent (RAN) heads learn weights per position, with no interaction between tokens",
-    "random_synthesizer": "random-synthesizer heads learn weights per position, with no interaction between tokens",
-    "local": "local heads attend only within their fixed masks",
-    "hard_retrieval": "hard-retrieval heads attend to exactly one token each",
-}
-
-HARD_CODED_BIBTEX = """@inproceedings{you-etal-2020-hard,
-  title = {Hard-Coded {G}aussian Attention for Neural Machine Translation},
-  author = {You, Weiqiu and Sun, Simeng and Iyyer, Mohit},
-  booktitle = {Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics},
-  year = {2020}
-}"""
-RAN_BIBTEX = """@inproceedings{zeng-etal-2021-recurrent,
-  title = {Recurrent Attention for Neural Machine Translation},
-  author = {Zeng, Jiali and Wu, Shuangzhi and Yin, Yongjing and Jiang, Yufan and Li, Mu},
-  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing},
-  year = {2021}
-}"""
-LOCAL_BIBTEX = """@misc{pande-etal-2020-importance,
-  title = {On the Importance of Local Information in Transformer Based Models},
-  author = {Pande, Madhura and Budhraja, Aakriti and Nema, Preksha and Kumar, Pratyush and Khapra, Mitesh M.},
-  year = {2020},
-  eprint = {2008.05828},
-  archivePrefix = {arXiv}
-}"""
-GMM_BIBTEX = """@inproceedings{zhang-feng-2021-modeling-concentrated,
-  title = {Modeling Concentrated Cross-Attention for Neural Machine Translation with {G}aussian Mixture Model},
-  author = {Zhang, Shaolei and Feng, Yang},
-  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2021},
-  year = {2021}
-}"""
-HARD_RETRIEVAL_BIBTEX = """@inproceedings{xu-etal-2021-learning-hard-retrieval,
-  title = {Learning Hard Retrieval Decoder Attention for Transformers},
-  author = {Xu, Hongfei and Liu, Qiuhui and van Genabith, Josef and Xiong, Deyi},
-  booktitle = {Findings of the Association for Computational Linguistics: EMNLP 2021},
-  year = {2021}
-}"""
-# Attention family -> the paper it comes from (the random synthesizer as the RAN paper's Syn-R baseline).
-CITATIONS = {
-    "hard_coded": HARD_CODED_BIBTEX,
-    "recurrent": RAN_BIBTEX,
-    "random_synthesizer": RAN_BIBTEX,
-    "local": LOCAL_BIBTEX,
-    "gaussian_mixture": GMM_BIBTEX,
-    "hard_retrieval": HARD_RETRIEVAL_BIBTEX,
-}
 
 
 def card_template() -> str:
@@ -378,6 +330,7 @@ def model_fields(model, output_dir: Path) -> dict:
     model_kind = "seq2seq" if hasattr(config, "decoder_layers") else "encoder"
     preset_info = get_preset(preset, model_kind) if preset else {}
     kinds = attention_kinds(config)
+    families = [ATTENTION_FAMILIES[kind] for kind in kinds]
     attention_parameters = (p for name, p in model.named_parameters() if ATTENTION_PARAMETER.search(name))
     tokenizer_config = saved_tokenizer_config(output_dir)
     input_length, input_length_source = max_input_length(tokenizer_config, config)
@@ -394,12 +347,12 @@ def model_fields(model, output_dir: Path) -> dict:
         length_ratio=round(config.length_ratio, 4) if hasattr(config, "length_ratio") else None,
         layout_table=layout_table(config),
         families=", ".join(kind.replace("_", "-") for kind in kinds),
-        family_limitations=[FAMILY_LIMITATIONS[kind] for kind in kinds if kind in FAMILY_LIMITATIONS],
+        family_limitations=[family.limitations for family in families if family.limitations],
         max_input_length=input_length,
         max_input_length_source=input_length_source,
         # transformers' own tokenizer class, which loads without trust_remote_code (None for custom tokenizer code).
         tokenizer_class=None if "auto_map" in tokenizer_config else tokenizer_config.get("tokenizer_class"),
-        citations=list(dict.fromkeys(CITATIONS[kind] for kind in kinds if kind in CITATIONS)),
+        citations=list(dict.fromkeys(family.citation for family in families if family.citation)),
     )
 
 
