@@ -29,7 +29,11 @@ import common
 # (a processor list's `__call__` holds its processors'). Indented labels are parts of the label above them.
 SECTIONS = [
     ("encoder graph", "hf_simple_attn/deploy/export.py", "encode"),
-    ("decoder step (graph + feeds)", "hf_simple_attn/deploy/export.py", "decode"),
+    ("decoder step (graphs + logits)", "hf_simple_attn/deploy/export.py", "step"),
+    ("  decoder step graph", "hf_simple_attn/deploy/onnx_decoding.py", "step"),
+    ("  output layer graph", "hf_simple_attn/deploy/onnx_decoding.py", "logits"),
+    ("search head (ONNX: log-softmax, top-k)", "hf_simple_attn/deploy/onnx_decoding.py", "continuations"),
+    ("  processors' step bias", "hf_simple_attn/deploy/onnx_decoding.py", "step_bias"),
     ("model forward (PyTorch)", "modeling/modeling_simple_attn_marian.py", "forward"),
     ("  shortlist projection", "modeling/vocab_shortlist.py", "shortlist_logits"),
     ("log-softmax over the vocabulary", "torch/nn/functional.py", "log_softmax"),
@@ -39,7 +43,7 @@ SECTIONS = [
     ("running beams for the next step", "generation/utils.py", "_get_running_beams_for_next_iteration"),
     ("finished beams", "generation/utils.py", "_update_finished_beams"),
     ("early-stop check", "generation/utils.py", "_check_early_stop_heuristic"),
-    ("cache reorder (ONNX past)", "hf_simple_attn/deploy/export.py", "reorder_past"),
+    ("cache reorder (ONNX buffers)", "hf_simple_attn/deploy/onnx_decoding.py", "reorder"),
     ("cache reorder (PyTorch cache)", "modeling/cache.py", "reorder_cache"),
     ("inputs for the next step", "modeling/modeling_simple_attn_marian.py", "prepare_inputs_for_generation"),
 ]

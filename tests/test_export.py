@@ -94,49 +94,45 @@ def test_encoder_exports_and_equals_eager(preset):
 @pytest.mark.numerics
 @pytest.mark.parametrize("preset", presets_with_new_layers(DECODER_FIELDS))
 def test_decoder_step_exports_and_equals_the_full_forward(preset):
-    """Stepping the exported program from the empty state gives (through the output layer) the logits of the
-    teacher-forced forward, and the same decoding state as the eager step (windows, family states, batch of one
-    included)."""
+    """Stepping the exported program from zero buffers gives (through the output layer) the logits of the
+    teacher-forced forward, and the same decoding state as the eager step (family states, batch of one included);
+    each step writes its own position of the buffers and nothing else."""
     model, program = exported(preset, "decoder", torch.float64)
     program = program.module()
     step, output_layer = DecoderStepForExport(model), OutputLayerForExport(model)
     reductions = model_reductions(model.config)
-    for batch_size, length in ((3, 9), (1, 2)):
+    for batch_size, length, slots in ((3, 9, 8), (1, 2, 6)):
         input_ids, attention_mask = source_batch(batch_size, length, seed=1)
         target = torch.randint(1, PAD, (batch_size, 6), generator=torch.Generator().manual_seed(2))
         with torch.no_grad():
             full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits
             cross = EncoderForExport(model)(input_ids, attention_mask)[1:]
             past = [
-                torch.zeros(batch_size, *(0 if size is None else size for size in spec.shape), dtype=model.dtype)
+                torch.zeros(batch_size, *(slots if size is None else size for size in spec.shape), dtype=model.dtype)
                 for spec in step.past
             ]
             for position in range(target.shape[1]):
-                args = (
-                    target[:, position : position + 1],
-                    torch.ones(batch_size, position + 1, dtype=torch.long),
-                    attention_mask,
-                    *cross,
-                    *past,
-                )
-                hidden_states, *past = program(*args)
-                eager_hidden_states, *eager_past = step(*args)
+                args = (target[:, position : position + 1], torch.tensor(position), attention_mask, *cross, *past)
+                hidden_states, *present = program(*args)
+                eager_hidden_states, *eager_present = step(*args)
                 assert_same_maths(output_layer(hidden_states), full[:, position], **reductions)
                 assert_same_maths(hidden_states, eager_hidden_states, **reductions)
-                for state, eager_state in zip(past, eager_past, strict=True):
+                for spec, before, state, eager_state in zip(step.past, past, present, eager_present, strict=True):
                     assert_same_maths(state, eager_state, **reductions)
-        for spec, state in zip(step.past, past):
-            assert state.shape[1:] == tuple(target.shape[1] if size is None else size for size in spec.shape)
+                    if None in spec.shape:  # a buffer: only the step's slot changes
+                        others = torch.ones(slots, dtype=torch.bool)
+                        others[position] = False
+                        assert torch.equal(state[:, :, others], before[:, :, others])
+                past = present
 
 
 def test_decoding_state_layout_follows_the_families():
-    """Hard-coded decoder self-attention keeps a window of values only; GMM's synthesis network its running means;
-    a layer without self attention nothing."""
+    """Hard-coded decoder self-attention keeps values only; GMM's synthesis network its running means; a layer
+    without self attention nothing. Buffers have the slots the engine gives them (None)."""
     hard_coded = DecoderStepForExport(make_model("hc-sa", **SIZES))
-    window = hard_coded.decoder.layers[0].self_attn.heads.decoding_lookback(torch.float32)
     assert [(spec.name, spec.shape) for spec in hard_coded.past] == [
-        ("past.0.self.value", (4, window, 8)),
-        ("past.1.self.value", (4, window, 8)),
+        ("past.0.self.value", (4, None, 8)),
+        ("past.1.self.value", (4, None, 8)),
     ]
     assert [(spec.name, spec.shape) for spec in DecoderStepForExport(make_model("gmm-synthesis", **SIZES)).past] == [
         ("past.0.self.key", (4, None, 8)),
@@ -149,7 +145,7 @@ def test_decoding_state_layout_follows_the_families():
     no_self = DecoderStepForExport(make_model("sh-x-no-sa", **SIZES))
     assert no_self.past == [] and no_self.input_names == [
         "input_ids",
-        "decoder_attention_mask",
+        "position",
         "encoder_attention_mask",
         "cross.1.key",
         "cross.1.value",
@@ -186,10 +182,10 @@ def test_onnx_runtime_logits_and_tokens_equal_pytorch(preset, onnx_models):
     with torch.no_grad():
         full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits
     context = DecodingContext(attention_mask.numpy(), onnx_model.encode(input_ids, attention_mask))
-    past = onnx_model.initial_past(4)
+    buffers = onnx_model.decoding_buffers(context, 4, max_positions=target.shape[1])
     for position in range(target.shape[1]):
-        logits, past = onnx_model.decode(target[:, : position + 1], context, past)
-        assert_same_maths(logits, full[:, position], **model_reductions(model.config))  # ONNX Runtime in float32
+        logits = onnx_model.step(buffers, target[:, : position + 1], context)
+        assert_same_maths(torch.from_numpy(logits), full[:, position], **model_reductions(model.config))  # float32
     for options in (
         dict(num_beams=1, max_new_tokens=12),
         dict(num_beams=4, max_new_tokens=12),
@@ -197,9 +193,29 @@ def test_onnx_runtime_logits_and_tokens_equal_pytorch(preset, onnx_models):
     ):
         expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
         assert torch.equal(onnx_model.generate(input_ids, attention_mask, **options), expected), options
+    # Buffers smaller than the call: they grow (twice here) and decode the same.
+    onnx_model.first_capacity = 3
+    options = dict(num_beams=2, max_new_tokens=10, min_new_tokens=10)
+    expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
+    assert torch.equal(onnx_model.generate(input_ids, attention_mask, **options), expected)
+    onnx_model.first_capacity = OnnxSeq2SeqModel.first_capacity
     # The graphs also take a one-token source (the `torch.export` programs do not).
     one_token = torch.tensor([[0], [0]])
     assert torch.equal(onnx_model.generate(one_token, max_new_tokens=4), model.generate(one_token, max_new_tokens=4))
+
+
+@needs_onnxruntime
+@pytest.mark.parametrize(
+    "preset", [name for name in presets_with_new_layers(DECODER_FIELDS) if name not in ONNX_PRESETS]
+)
+def test_every_decoder_layer_decodes_as_generate_in_onnx_runtime(preset, onnx_models):
+    """The presets whose decoder layers the ONNX_PRESETS do not have: greedy and beam search give `generate`'s
+    tokens (float32), so that every layer any preset has decodes in the engine."""
+    model, onnx_model = onnx_models(preset)
+    input_ids, attention_mask = source_batch(4, 9, seed=3)
+    for options in (dict(num_beams=1, max_new_tokens=10), dict(num_beams=4, max_new_tokens=10)):
+        expected = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
+        assert torch.equal(onnx_model.generate(input_ids, attention_mask, **options), expected), options
 
 
 @needs_onnxruntime
@@ -229,7 +245,7 @@ def test_onnx_int8_graphs_store_int8_weights_and_stay_close_to_float32(tmp_path,
     input_ids, attention_mask = source_batch(4, 9, seed=3)
     target = torch.randint(1, PAD, (4, 1), generator=torch.Generator().manual_seed(4))
     context = DecodingContext(attention_mask.numpy(), int8_model.encode(input_ids, attention_mask))
-    logits, _ = int8_model.decode(target, context, int8_model.initial_past(4))
+    logits = torch.from_numpy(int8_model.step(int8_model.decoding_buffers(context, 4, 1), target, context))
     with torch.no_grad():
         expected = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits[:, -1]
     assert (logits - expected).abs().max() < 0.05 * expected.abs().max()

@@ -37,14 +37,17 @@ import numpy as np
 import torch
 from torch import nn
 from transformers import AutoTokenizer, GenerationConfig, GenerationMixin
+from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationMode, StoppingCriteriaList
 
-from ..modeling.cache import new_decoder_cache
+from ..modeling.cache import SimpleAttnStaticLayer
 from ..modeling.candidate_vocabulary import CandidateVocabulary, beam_fill_token
 from ..modeling.configuration_simple_attn import SimpleAttnMarianConfig
 from ..modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel, fit_generated_length
 from ..modeling.stack import position_limits
 from ..modeling.vocab_shortlist import CandidateRows, VocabShortlist, shortlist_logits, shortlist_requested
+from .onnx_decoding import FIRST_CAPACITY, DecodingBuffers, SearchHead, step_bias, takes_processors, written_in_place
+from .onnx_translation import TRANSLATIONS
 
 
 ENCODER_FILE, DECODER_FILE, OUTPUT_FILE = "encoder.onnx", "decoder_with_past.onnx", "output_layer.onnx"
@@ -92,19 +95,44 @@ class EncoderForExport(nn.Module):
         return tuple(outputs)
 
 
-def fill_cache_layer(layer, keys: torch.Tensor, values: torch.Tensor, length, states: dict) -> None:
-    """Load a `SimpleAttnCacheLayer` with tensors given to the graph; `length` counts every position seen."""
-    layer.dtype, layer.device = values.dtype, values.device
-    layer.keys, layer.values, layer.is_initialized = keys, values, True
-    layer.length = length
-    layer.states = states
+class StepCacheLayer(SimpleAttnStaticLayer):
+    """A static cache layer over tensors given to the decoder step graph: self attention's buffers of `capacity`
+    slots, written at `position` (a 0-d tensor: the number of earlier tokens), or cross attention's keys and values.
+
+    A step writes its one position by indexing every row and head (`index_put`), which becomes an ONNX `ScatterND`
+    whose input is the buffer itself: ONNX Runtime then writes the position in place when the engine binds the
+    graph's output to the input's memory (`index_copy_` along the slots, what `SimpleAttnStaticLayer.update` uses,
+    exports as transposes of the whole buffer, and `scatter` as a `ScatterElements` 25x slower than `ScatterND`)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, position, states: dict, beam_invariant: bool):
+        super().__init__(values.shape[2], beam_invariant)
+        self.keys, self.values, self.states = keys, values, states
+        self.dtype, self.device = values.dtype, values.device
+        self.cumulative_length = position  # `is_initialized` is set once the cache holding the layer is built
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.beam_invariant:
+            return self.keys, self.values
+        if self.values.shape[1]:
+            self.values = self.write_position(self.values, value_states)
+        self.keys = self.write_position(self.keys, key_states) if self.keys.shape[1] else self.values[:, :0]
+        self.cumulative_length = self.cumulative_length + value_states.shape[2]
+        return self.keys, self.values
+
+    def write_position(self, buffer: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """`buffer` (batch, heads, slots, head_dim) with `states` (batch, heads, 1, head_dim) at the position."""
+        rows = torch.arange(buffer.shape[0], device=buffer.device).view(-1, 1, 1)
+        heads = torch.arange(buffer.shape[1], device=buffer.device).view(1, -1, 1)
+        return buffer.index_put((rows, heads, self.cumulative_length.view(1, 1, 1)), states)
 
 
 class DecoderStepForExport(nn.Module):
-    """The decoder step graph (see the module docstring): one token per sentence, the decoding state in and out.
+    """The decoder step graph (see the module docstring): one token per sentence at `position`, the decoding state
+    in and out, as a static cache holds it (`SimpleAttnStaticLayer`: every layer's buffers have the same slots).
 
-    The layout of the state comes from the model: each self-attention layer's window (`decoding_lookback`) and the
-    states its families keep, read from one eager step (a state's shape must not depend on the lengths).
+    The layout of the state comes from the model: the self-attention buffers of each layer (keys only where heads
+    score them) and the states its families keep, read from one eager step (a state's shape must not depend on the
+    lengths).
     """
 
     def __init__(self, model):
@@ -117,16 +145,15 @@ class DecoderStepForExport(nn.Module):
         for index, layer in enumerate(self.decoder.layers):
             if layer.self_attn is not None:
                 heads = layer.self_attn.heads
-                length = heads.decoding_lookback(model.dtype)
                 prefix = f"past.{index}.self."
                 if heads.query_key_slots:
-                    self.past.append(PastSpec(prefix + "key", (heads.query_key_slots, length, heads.head_dim)))
-                self.past.append(PastSpec(prefix + "value", (heads.num_heads, length, heads.head_dim)))
+                    self.past.append(PastSpec(prefix + "key", (heads.query_key_slots, None, heads.head_dim)))
+                self.past.append(PastSpec(prefix + "value", (heads.num_heads, None, heads.head_dim)))
             for site in ("self", "cross"):
                 for name, shape in sorted(states[site][index].items()):
                     self.past.append(PastSpec(f"past.{index}.{site}.state.{name}", shape))
         cross = [name for _, *pair in self.cross_names for name in pair if name]
-        self.input_names = ["input_ids", "decoder_attention_mask", "encoder_attention_mask", *cross]
+        self.input_names = ["input_ids", "position", "encoder_attention_mask", *cross]
         self.input_names += [spec.name for spec in self.past]
         self.output_names = ["hidden_states"] + ["present" + spec.name[len("past") :] for spec in self.past]
 
@@ -147,31 +174,35 @@ class DecoderStepForExport(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        decoder_attention_mask: torch.Tensor,
+        position: torch.Tensor,
         encoder_attention_mask: torch.Tensor,
         *tensors: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         named = dict(zip(self.input_names[3:], tensors))
-        batch_size = input_ids.shape[0]
-        cache = new_decoder_cache(self.model.config)
-        for index, layer in enumerate(cache.self_attention_cache.layers):
+        batch_size, num_layers = input_ids.shape[0], self.model.config.decoder_layers
+        slots = next((named[spec.name].shape[2] for spec in self.past if None in spec.shape), 1)
+        self_layers, cross_layers = [], []
+        for index in range(num_layers):
             values = named.get(f"past.{index}.self.value")
             if values is None:  # no self attention: the layer only counts the positions
-                values = torch.zeros(batch_size, 0, 0, 0, dtype=self.model.dtype, device=input_ids.device)
-            keys = named.get(f"past.{index}.self.key")
-            if keys is None:
-                keys = values.new_zeros(batch_size, 0, *values.shape[2:])
-            past_length = decoder_attention_mask.shape[1] - 1
-            fill_cache_layer(layer, keys, values, past_length, self.named_states(named, f"past.{index}.self.state."))
-        for index, key_name, value_name in self.cross_names:
-            values = named[value_name]
-            keys = named[key_name] if key_name else values.new_zeros(batch_size, 0, *values.shape[2:])
+                values = input_ids.new_zeros(batch_size, 0, slots, 0, dtype=self.model.dtype)
+            keys = named.get(f"past.{index}.self.key", values[:, :0])
+            states = self.named_states(named, f"past.{index}.self.state.")
+            self_layers.append(StepCacheLayer(keys, values, position.clone(), states, beam_invariant=False))
+            values = named.get(f"cross.{index}.value", values[:, :, :0])
+            keys = named.get(f"cross.{index}.key", values[:, :0])
             states = self.named_states(named, f"past.{index}.cross.state.")
-            fill_cache_layer(cache.cross_attention_cache.layers[index], keys, values, values.shape[2], states)
+            cross_layers.append(StepCacheLayer(keys, values, position.clone(), states, beam_invariant=True))
+        # Built before its layers count as filled: `EncoderDecoderCache` reads the lengths of filled layers.
+        cache = EncoderDecoderCache(Cache(layers=self_layers), Cache(layers=cross_layers))
+        for layer in self_layers + cross_layers:
+            layer.is_initialized = True
+        for index, _, _ in self.cross_names:
             cache.is_updated[index] = True
         hidden_states = self.decoder(
             input_ids=input_ids,
-            attention_mask=decoder_attention_mask,
+            # Ones as wide as the slots (the causal mask hides those not written yet): a mask with the batch's rows.
+            attention_mask=input_ids.new_ones(batch_size, slots),
             encoder_attention_mask=encoder_attention_mask,
             cache=cache,
             use_cache=True,
@@ -179,13 +210,14 @@ class DecoderStepForExport(nn.Module):
         presents = []
         for spec in self.past:
             _, index, site, field, *state_name = spec.name.split(".")
-            layer = getattr(cache, f"{site}_attention_cache").layers[int(index)]
+            layer = (self_layers if site == "self" else cross_layers)[int(index)]
             presents.append(layer.states[state_name[0]] if field == "state" else getattr(layer, f"{field}s"))
         return (hidden_states[:, 0], *presents)
 
     @staticmethod
     def named_states(named: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-        return {name[len(prefix) :]: tensor for name, tensor in named.items() if name.startswith(prefix)}
+        """The states under `prefix`, copied: a family writes its state in place, which must not change an input."""
+        return {name[len(prefix) :]: tensor.clone() for name, tensor in named.items() if name.startswith(prefix)}
 
 
 class OutputLayerForExport(nn.Module):
@@ -234,43 +266,31 @@ def export_encoder(model) -> torch.export.ExportedProgram:
 
 
 def export_decoder_step(model) -> torch.export.ExportedProgram:
-    """The decoder step graph of a seq2seq model in eval mode, for any batch size, sources of 2 tokens or more and
-    positions from the first (an empty decoding state) to the last its position tables cover."""
+    """The decoder step graph of a seq2seq model in eval mode, for any batch size, sources of 2 tokens or more, and
+    buffers of any number of slots up to the positions its position tables cover (the engine sizes them)."""
     step = DecoderStepForExport(model)
     input_ids, attention_mask = example_source(model)
     with torch.no_grad():
         cross = EncoderForExport(model)(input_ids, attention_mask)[1:]
-    batch_size, past_length, device = input_ids.shape[0], 3, model.device
+    batch_size, slots, device = input_ids.shape[0], 6, model.device
     args = (
         torch.full((batch_size, 1), model.config.decoder_start_token_id, device=device),
-        torch.ones(batch_size, past_length + 1, dtype=torch.long, device=device),
+        torch.tensor(3, device=device),
         attention_mask,
         *cross,
         *(
             torch.zeros(
-                batch_size,
-                *(past_length if size is None else size for size in spec.shape),
-                dtype=model.dtype,
-                device=device,
+                batch_size, *(slots if size is None else size for size in spec.shape), dtype=model.dtype, device=device
             )
             for spec in step.past
         ),
     )
     batch, source = torch.export.Dim("batch", min=1), torch.export.Dim("source", min=2)
-    # Positions so far (the token's included), and the earlier ones, the length of the states that grow.
-    steps = length_dim("steps", model.config, "decoder_self", 1)
-    past = torch.export.Dim("past", min=0, max=steps.max - 1)
-    if any(None in spec.shape for spec in step.past):
-        steps = past + 1
-    growing = [
-        {0: batch, **{dim + 1: past for dim, size in enumerate(spec.shape) if size is None}} for spec in step.past
+    slots = length_dim("slots", model.config, "decoder_self", 1)
+    buffers = [
+        {0: batch, **{dim + 1: slots for dim, size in enumerate(spec.shape) if size is None}} for spec in step.past
     ]
-    dynamic_shapes = (
-        {0: batch},
-        {0: batch, 1: steps},
-        {0: batch, 1: source},
-        (*[{0: batch, 2: source}] * len(cross), *growing),
-    )
+    dynamic_shapes = ({0: batch}, None, {0: batch, 1: source}, (*[{0: batch, 2: source}] * len(cross), *buffers))
     return export_program(step, args, dynamic_shapes)
 
 
@@ -281,8 +301,9 @@ def export_output_layer(model) -> torch.export.ExportedProgram:
 
 
 def write_onnx(program: torch.export.ExportedProgram, path: Path, graph: nn.Module, opset_version: int | None) -> None:
-    """One exported program as an ONNX graph (`torch.onnx.export(..., dynamo=True)`), its inputs and outputs named
-    as the module it was exported from names them (`input_names`, `output_names`)."""
+    """One exported program as an ONNX graph (`torch.onnx.export(..., dynamo=True)`, with the translations of
+    `onnx_translation`), its inputs and outputs named as the module it was exported from names them (`input_names`,
+    `output_names`)."""
     torch.onnx.export(
         program,
         f=path,
@@ -290,6 +311,7 @@ def write_onnx(program: torch.export.ExportedProgram, path: Path, graph: nn.Modu
         output_names=graph.output_names,
         opset_version=opset_version,
         dynamo=True,
+        custom_translation_table=TRANSLATIONS,
     )
 
 
@@ -361,9 +383,6 @@ def save_int8_shortlist(source: Path, target: Path) -> None:
     save_file(tensors, str(target))
 
 
-ONNX_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
-
-
 @dataclasses.dataclass
 class DecodingContext:
     """What every decoding step of one `generate` call reads besides its tokens and state: the source's
@@ -384,6 +403,10 @@ class DecodingContext:
             encoder_outputs={name: np.repeat(tensor, times, axis=0) for name, tensor in self.encoder_outputs.items()},
         )
 
+    def feeds(self) -> dict[str, np.ndarray]:
+        """The decoder step's inputs that stay the same at every step."""
+        return {"encoder_attention_mask": self.attention_mask, **self.encoder_outputs}
+
 
 class OnnxSeq2SeqModel(GenerationMixin):
     """The graphs of `export_onnx` run by ONNX Runtime, with `generate` (greedy or beam search).
@@ -391,17 +414,21 @@ class OnnxSeq2SeqModel(GenerationMixin):
     `generate` takes `generate`'s arguments and decodes exactly as transformers' `generate` does with the PyTorch
     model: the same generation config, logits processors, stopping criteria and beam search steps (transformers'
     own), so that equal logits give equal tokens; `use_shortlist=True` decodes over the batch's candidate tokens as
-    the PyTorch model does (`vocab_shortlist.py`). Sampling and the other decoding strategies are refused.
+    the PyTorch model does (`vocab_shortlist.py`). Sampling and the other decoding strategies are refused. The
+    decoding state stays in buffers written in place and the search over the vocabulary runs in ONNX Runtime
+    (`onnx_decoding.py`).
     """
 
     main_input_name = "input_ids"
     device = torch.device("cpu")
+    first_capacity = FIRST_CAPACITY  # the slots of a call's buffers before they grow
 
     def __init__(self, onnx_dir, session_options=None, providers: list[str] | None = None):
-        """`session_options`: ONNX Runtime's, for the three graphs; by default its own with worker threads that do
-        not spin after a run (set `session.intra_op.allow_spinning` to "0" in yours): a spinning pool holds the
-        cores while the next graph, or the PyTorch work between steps, runs (1.65x slower greedy decoding of 64
-        sentences with 2 threads at opus-mt size, int8)."""
+        """`session_options`: ONNX Runtime's, for the graphs; by default its own with worker threads that do not
+        spin after a run (set `session.intra_op.allow_spinning` to "0" in yours): a spinning pool holds the cores
+        while the next graph, or the Python work between steps, runs (1.65x slower greedy decoding of 64 sentences
+        with 2 threads at opus-mt size, int8)."""
+        import onnx
         import onnxruntime
 
         if session_options is None:
@@ -414,13 +441,17 @@ class OnnxSeq2SeqModel(GenerationMixin):
         providers = providers or ["CPUExecutionProvider"]
         self.encoder = onnxruntime.InferenceSession(str(onnx_dir / ENCODER_FILE), session_options, providers=providers)
         self.decoder = onnxruntime.InferenceSession(str(onnx_dir / DECODER_FILE), session_options, providers=providers)
+        if "position" not in {node.name for node in self.decoder.get_inputs()}:
+            raise ValueError(
+                f"{onnx_dir / DECODER_FILE} is a decoder step of an earlier export (a decoding state that grows each "
+                "step); export the model again with export_onnx"
+            )
+        self.written_in_place = written_in_place(onnx.load(str(onnx_dir / DECODER_FILE), load_external_data=False))
         self.output_layer = onnxruntime.InferenceSession(
             str(onnx_dir / OUTPUT_FILE), session_options, providers=providers
         )
+        self.search_head = SearchHead(session_options, providers)
         self.shortlist, self.output_weight, self.output_bias = load_shortlist(self.config, onnx_dir / SHORTLIST_FILE)
-        self.past_inputs = [node for node in self.decoder.get_inputs() if node.name.startswith("past.")]
-        # The decoder's outputs are `hidden_states`, then `present.*`: the next step's `past.*`, in the same order.
-        self.next_past_names = ["past" + node.name[len("present") :] for node in self.decoder.get_outputs()[1:]]
 
     @classmethod
     def can_generate(cls) -> bool:
@@ -436,39 +467,26 @@ class OnnxSeq2SeqModel(GenerationMixin):
             if node.name.startswith("cross.")
         }
 
-    def initial_past(self, batch_size: int) -> dict[str, np.ndarray]:
-        """The decoding state before the first step: zeros, of length 0 where it grows."""
-        return {
-            node.name: np.zeros(
-                [batch_size, *(size if isinstance(size, int) else 0 for size in node.shape[1:])],
-                ONNX_DTYPES[node.type],
-            )
-            for node in self.past_inputs
-        }
+    def decoding_buffers(self, context: DecodingContext, rows: int, max_positions: int) -> DecodingBuffers:
+        """The decoder step of one call over `rows` rows of `context`, for at most `max_positions` positions."""
+        capacity = max(1, min(max_positions, self.first_capacity))
+        return DecodingBuffers(
+            self.decoder, self.written_in_place, context.feeds(), rows, capacity, max_positions, self.output_layer
+        )
 
-    def decode(
-        self, input_ids: torch.Tensor, context: DecodingContext, past: dict
-    ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
-        """One step for the last token of each row of `input_ids` (batch, length): float32 logits (batch, vocab;
-        (batch, candidates) with `context.vocabulary`) and the next decoding state."""
-        vocabulary = context.vocabulary
-        last_tokens = input_ids[:, -1:] if vocabulary is None else vocabulary.to_vocabulary(input_ids[:, -1:])
-        feeds = {
-            "input_ids": last_tokens.numpy(),
-            "decoder_attention_mask": np.ones(input_ids.shape, dtype=np.int64),
-            "encoder_attention_mask": context.attention_mask,
-            **context.encoder_outputs,
-            **past,
-        }
-        hidden_states, *presents = self.decoder.run(None, feeds)
-        if vocabulary is not None:
-            logits = vocabulary.logits(torch.from_numpy(hidden_states))
-        elif context.candidate_rows is not None:
-            logits = shortlist_logits(torch.from_numpy(hidden_states), context.candidate_rows, len(self.output_weight))
-        else:
-            (logits,) = self.output_layer.run(None, {"hidden_states": hidden_states})
-            logits = torch.from_numpy(logits)
-        return logits.float(), dict(zip(self.next_past_names, presents))
+    def step(self, buffers: DecodingBuffers, input_ids: torch.Tensor, context: DecodingContext) -> np.ndarray:
+        """One decoder step for the last token of each row of `input_ids` (rows, length): float32 logits (rows,
+        vocab; (rows, candidates) with `context.vocabulary`)."""
+        last_tokens = input_ids[:, -1]
+        if context.vocabulary is not None:
+            last_tokens = context.vocabulary.to_vocabulary(last_tokens)
+        hidden_states = buffers.step(last_tokens.numpy(), input_ids.shape[1] - 1)
+        if context.vocabulary is not None:
+            return context.vocabulary.logits(torch.from_numpy(hidden_states)).float().numpy()
+        if context.candidate_rows is not None:
+            rows = context.candidate_rows
+            return shortlist_logits(torch.from_numpy(hidden_states), rows, len(self.output_weight)).float().numpy()
+        return buffers.logits()
 
     @torch.no_grad()
     def generate(
@@ -534,14 +552,19 @@ class OnnxSeq2SeqModel(GenerationMixin):
     def greedy_search(
         self, input_ids, context: DecodingContext, generation_config, logits_processor, stopping_criteria
     ) -> torch.LongTensor:
-        """transformers' greedy `_sample` loop over the ONNX decoder step."""
+        """transformers' greedy `_sample` loop over the ONNX decoder step, the arg-max in the search head."""
         pad_token_id = generation_config._pad_token_tensor
         has_eos_stopping_criteria = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
         unfinished_sequences = torch.ones(input_ids.shape[0], dtype=torch.long)
-        past = self.initial_past(input_ids.shape[0])
+        buffers = self.decoding_buffers(context, input_ids.shape[0], generation_config.max_length - 1)
+        in_graph = takes_processors(logits_processor)
         while True:
-            logits, past = self.decode(input_ids, context, past)
-            next_tokens = torch.argmax(logits_processor(input_ids, logits), dim=-1)
+            logits = self.step(buffers, input_ids, context)
+            if in_graph:
+                bias, replace = step_bias(logits_processor, input_ids, logits.shape[-1])
+                next_tokens = torch.from_numpy(self.search_head.tokens(logits, bias, replace))
+            else:
+                next_tokens = torch.argmax(logits_processor(input_ids, torch.from_numpy(logits)), dim=-1)
             if has_eos_stopping_criteria:
                 next_tokens = next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
             input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
@@ -549,16 +572,35 @@ class OnnxSeq2SeqModel(GenerationMixin):
             if unfinished_sequences.max() == 0:
                 return input_ids
 
-    @staticmethod
-    def reorder_past(past: dict[str, np.ndarray], beam_idx: np.ndarray) -> dict[str, np.ndarray]:
-        """The decoding state of the selected beams: row `i` of each state becomes the old row `beam_idx[i]`, in
-        place, copying only the rows whose beam changed (the state is most of the memory a step writes)."""
-        moved = np.flatnonzero(beam_idx != np.arange(len(beam_idx)))
-        if len(moved):
-            sources = beam_idx[moved]
-            for state in past.values():
-                state[moved] = state[sources]
-        return past
+    def top_continuations(
+        self, logits: np.ndarray, input_ids, running_beam_scores, logits_processor, beams_to_keep: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores, indices) (batch, beams_to_keep): the best accumulated log-probabilities of each sentence's
+        continuations (index = beam x vocab + token), as transformers' `_get_top_k_continuations` takes them: in the
+        search head, or in PyTorch for logits processors it does not take."""
+        batch_size, num_beams = running_beam_scores.shape
+        if takes_processors(logits_processor):
+            bias, replace = step_bias(logits_processor, input_ids, logits.shape[-1])
+            scores, indices = self.search_head.continuations(
+                logits, bias, replace, running_beam_scores.numpy(), beams_to_keep
+            )
+            return torch.from_numpy(scores), torch.from_numpy(indices)
+        log_probs = logits_processor(input_ids, nn.functional.log_softmax(torch.from_numpy(logits), dim=-1))
+        log_probs = self._unflatten_beam_dim(log_probs, batch_size, num_beams) + running_beam_scores[:, :, None]
+        return torch.topk(torch.reshape(log_probs, (batch_size, -1)), k=beams_to_keep)
+
+    def continue_beams(
+        self, topk_indices, vocab_size: int, running_sequences, running_beam_indices, cur_len: int, prompt_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sequences and beam indices of the chosen continuations, as `_get_top_k_continuations` makes them."""
+        batch_size, num_beams = running_sequences.shape[:2]
+        topk_current_beam_indices = topk_indices // vocab_size
+        topk_running_beam_indices = self._gather_beams(running_beam_indices, topk_current_beam_indices)
+        topk_running_sequences = self._gather_beams(running_sequences, topk_current_beam_indices)
+        topk_running_sequences[:, :, cur_len] = topk_indices % vocab_size
+        batch_offset = torch.arange(batch_size).view(-1, 1) * num_beams
+        topk_running_beam_indices[:, :, cur_len - prompt_len] = topk_current_beam_indices + batch_offset
+        return topk_running_sequences, topk_running_beam_indices
 
     def beam_search(
         self,
@@ -569,15 +611,16 @@ class OnnxSeq2SeqModel(GenerationMixin):
         stopping_criteria,
         fill_token: int,
     ) -> torch.LongTensor:
-        """transformers' `_beam_search` loop (its own steps) over the ONNX decoder step; the decoding state follows
-        the selected beams. `fill_token`: what follows the end of a finished hypothesis (`beam_fill_token`)."""
+        """transformers' `_beam_search` loop (its own steps) over the ONNX decoder step, the top-k in the search head;
+        the decoding state follows the selected beams. `fill_token`: what follows the end of a finished hypothesis
+        (`beam_fill_token`)."""
         num_beams, max_length = generation_config.num_beams, generation_config.max_length
         eos_token_id = generation_config._eos_token_tensor
         early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
         batch_size, cur_len = input_ids.shape
         decoder_prompt_len = cur_len
         context = context.repeated(num_beams)
-        past = self.initial_past(batch_size * num_beams)
+        buffers = self.decoding_buffers(context, batch_size * num_beams, max_length - 1)
 
         n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
         beams_to_keep = max(2, 1 + n_eos_tokens) * num_beams
@@ -596,20 +639,12 @@ class OnnxSeq2SeqModel(GenerationMixin):
         beam_indices = running_beam_indices.clone()
         while True:
             flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
-            logits, past = self.decode(flat_running_sequences, context, past)
-            log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
-            log_probs = self._unflatten_beam_dim(log_probs, batch_size, num_beams) + running_beam_scores[:, :, None]
-            log_probs = torch.reshape(log_probs, (batch_size, -1))
-            topk_log_probs, topk_running_sequences, topk_running_beam_indices = self._get_top_k_continuations(
-                accumulated_log_probs=log_probs,
-                running_sequences=running_sequences,
-                running_beam_indices=running_beam_indices,
-                cur_len=cur_len,
-                decoder_prompt_len=decoder_prompt_len,
-                do_sample=False,
-                beams_to_keep=beams_to_keep,
-                num_beams=num_beams,
-                batch_size=batch_size,
+            logits = self.step(buffers, flat_running_sequences, context)
+            topk_log_probs, topk_indices = self.top_continuations(
+                logits, flat_running_sequences, running_beam_scores, logits_processor, beams_to_keep
+            )
+            topk_running_sequences, topk_running_beam_indices = self.continue_beams(
+                topk_indices, logits.shape[-1], running_sequences, running_beam_indices, cur_len, decoder_prompt_len
             )
             next_token_hits_stopping_criteria = self._unflatten_beam_dim(
                 stopping_criteria(self._flatten_beam_dim(topk_running_sequences[:, :, : cur_len + 1]), None),
@@ -641,7 +676,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
                 early_stopping=early_stopping,
             )
             beam_idx = self._flatten_beam_dim(running_beam_indices[..., cur_len - decoder_prompt_len]).numpy()
-            past = self.reorder_past(past, beam_idx)
+            buffers.reorder(beam_idx, cur_len)
             cur_len += 1
             is_early_stop_heuristic_unsatisfied = self._check_early_stop_heuristic(
                 is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,

@@ -24,14 +24,13 @@ module tensors, which `from_pretrained` would build on the meta device; never ke
 Under `torch.compile` they are built in the graph instead. The reference path (the full table of
 `weight_table`) runs when the weights are requested or `fast_path` is off.
 
-While exporting, the fast path has no memo: self attention is the same convolution, summed over all
-the kernel's taps of the zero-padded values whose keys end at the last query (so a decoding step also
-reads a sliding window of the last `decoding_lookback` values), and cross attention computes its table
-from the query positions.
+While exporting, the fast path has no memo: encoder self attention is the same convolution, summed over all
+the kernel's taps of the zero-padded values; cross attention, and decoder self attention over a static cache's slots
+(the exported decoder step), compute their table from the query positions in the graph, one copy per example.
 
 With a static cache (positions held on the device, `AttentionContext.query_start` None) both sites take the reference
-path: a step's table (heads, 1, k_len) is made in the graph from the positions, over every slot of the cache (windowed
-heads mask by their window, unwritten slots are cut by the causal mask), so every step has the same shapes.
+path: a step's table (heads, 1, k_len) is made from the positions, over every slot of the cache (windowed heads mask
+by their window, unwritten slots are cut by the causal mask), so every step has the same shapes.
 """
 
 import math
@@ -293,14 +292,10 @@ class HardCodedGaussianHeads(AttentionHeads):
         key_length = value.shape[-2]
         key_padding_mask = context.key_padding_mask
         if key_padding_mask is not None:
-            # A decoder cache that dropped early positions holds only the last key_length keys; an exported
-            # step's window (`hf_simple_attn.deploy.export`) may reach before the first position (zeros, counted as
-            # padding).
-            if is_exporting() or key_padding_mask.shape[1] < key_length:
-                before = key_padding_mask.new_zeros(value.shape[0], key_length)
-                key_padding_mask = torch.cat([before, key_padding_mask], dim=1)
+            # A decoder cache that dropped early positions holds only the last key_length keys.
             key_padding_mask = key_padding_mask[:, key_padding_mask.shape[1] - key_length :]
-        if output_attentions or not self.fast_path or context.query_start is None:
+        static_positions = context.query_start is None  # a static cache: positions held on the device
+        if output_attentions or not self.fast_path or (static_positions and not is_exporting()):
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
         if context.padded_values_zeroed:
             key_padding_mask = None  # zeroed once, when the cross-attention cache was filled
@@ -371,8 +366,9 @@ class HardCodedGaussianHeads(AttentionHeads):
         """The fast path without branches on positions (see the module docstring): (batch, heads, q_len, d)."""
         value = zero_padding(value, key_padding_mask)
         positions = context.query_positions
-        if self.site == "cross":
-            table = self.weight_table(positions, self.key_positions(context, value.shape[-2]), False)
+        if self.site == "cross" or context.query_start is None:  # cross attention, or a static cache's slots
+            key_positions = self.key_positions(context, value.shape[-2])
+            table = self.weight_table(positions, key_positions, context.is_causal and self.site != "cross")
             # A table per example: a broadcast product would make the exported program refuse a batch of one.
             return torch.matmul(table.to(value.dtype).repeat(value.shape[0], 1, 1, 1), value)
         return self.convolve(value, positions.shape[0], context.is_causal)

@@ -1,0 +1,261 @@
+"""The ONNX engine's decoding step: the decoding state in buffers written in place, and the search inside graphs.
+
+`DecodingBuffers` holds one `generate` call's decoding state as the PyTorch static caches do (`SimpleAttnStaticLayer`):
+self-attention buffers of `capacity` slots, allocated once and written by the decoder step graph at the step's
+position. The graph's inputs and outputs are bound once (ONNX Runtime I/O binding of `OrtValue`s over these arrays):
+a buffer whose only reader in the graph is the write of the new position (`ScatterND`, see
+`export.StepCacheLayer`) is both the graph's input and its output, so ONNX Runtime writes one position into it and
+copies nothing; any other state (a family's running means) has two buffers that swap roles after each step. Beam
+search reorders rows inside the buffers; a call longer than the capacity doubles it (attention reads every slot, so
+the buffers start at the call's length, at most `FIRST_CAPACITY` slots).
+
+`SearchHead` keeps the vocabulary inside ONNX Runtime: a small graph takes a step's logits and returns, for greedy
+search, each row's token and, for beam search, the best `2 x beams` continuations of each sentence (log-softmax,
+the logits processors, the beams' scores and top-k, as transformers' beam search computes them). The logits
+processors enter as one row of biases for the step (`step_bias`), which is exact for the processors that mask tokens
+by the step's length alone (`takes_processors`); a call with any other processor searches in PyTorch.
+"""
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper
+from transformers.generation.logits_process import (
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    LogitsProcessorList,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
+
+
+FIRST_CAPACITY = 64
+ONNX_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
+WRITES = ("ScatterElements", "ScatterND")
+
+
+def written_in_place(model: onnx.ModelProto) -> set[str]:
+    """The `past.*` inputs of a decoder step graph whose only reader (besides their shape) is a scatter whose output
+    is the matching `present.*`: binding both to one buffer makes ONNX Runtime write the new position into it and
+    copy nothing."""
+    readers = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    aliased = set()
+    for graph_input in model.graph.input:
+        name = graph_input.name
+        nodes = [node for node in readers.get(name, []) if node.op_type != "Shape"]  # a shape is not the content
+        if name.startswith("past.") and len(nodes) == 1 and nodes[0].op_type in WRITES:
+            if nodes[0].input[0] == name and nodes[0].output[0] == "present" + name[len("past") :]:
+                aliased.add(name)
+    return aliased
+
+
+class DecodingBuffers:
+    """One call's decoder step, bound once (see the module docstring): `step(tokens, position)` runs the graph for
+    `tokens` (rows,) at `position` (the number of earlier tokens) and returns its `hidden_states` (rows, d_model),
+    the same array each step; `logits()` runs the output layer graph on it, into one (rows, vocab) array kept for
+    the call; `reorder(beam_idx, length)` moves rows for beam search.
+
+    session: the decoder step graph's `InferenceSession`; aliased: `written_in_place` of its graph; feeds: the
+    encoder's `encoder_attention_mask` and `cross.*` arrays, one row per decoded row; capacity: the slots to start
+    with; max_positions: the most positions the call decodes; output_layer: the output layer graph's session."""
+
+    def __init__(
+        self, session, aliased: set[str], feeds: dict, rows: int, capacity: int, max_positions: int, output_layer
+    ):
+        self.session, self.aliased, self.rows, self.max_positions = session, aliased, rows, max_positions
+        self.output_layer, self.output_binding, self.output_logits = output_layer, None, None
+        self.input_ids = np.zeros((rows, 1), dtype=np.int64)
+        self.position = np.zeros((), dtype=np.int64)
+        output = session.get_outputs()[0]
+        self.hidden_states = np.zeros((rows, output.shape[-1]), dtype=ONNX_DTYPES[output.type])
+        self.feeds = feeds
+        self.past_nodes = [node for node in session.get_inputs() if node.name.startswith("past.")]
+        self.past = {node.name: self.zeros(node, capacity) for node in self.past_nodes}
+        self.present = {
+            name: self.zeros(node, capacity) for node in self.past_nodes if (name := node.name) not in aliased
+        }
+        self.capacity = capacity
+        self.bind()
+
+    def zeros(self, node, capacity: int) -> np.ndarray:
+        """A zero buffer for a `past.*` input: its symbolic dimension (the slots) at `capacity`."""
+        shape = [self.rows, *(size if isinstance(size, int) else capacity for size in node.shape[1:])]
+        return np.zeros(shape, dtype=ONNX_DTYPES[node.type])
+
+    def bind(self) -> None:
+        """Bind every input and output to its array (an `OrtValue` over the array's memory, no copy)."""
+        from onnxruntime import OrtValue
+
+        binding = self.session.io_binding()
+        inputs = {"input_ids": self.input_ids, "position": self.position, **self.feeds, **self.past}
+        for name, array in inputs.items():
+            binding.bind_ortvalue_input(name, OrtValue.ortvalue_from_numpy(array))
+        binding.bind_ortvalue_output("hidden_states", OrtValue.ortvalue_from_numpy(self.hidden_states))
+        for name in self.past:
+            output = self.past[name] if name in self.aliased else self.present[name]
+            binding.bind_ortvalue_output("present" + name[len("past") :], OrtValue.ortvalue_from_numpy(output))
+        self.binding = binding
+
+    def step(self, tokens: np.ndarray, position: int) -> np.ndarray:
+        if position >= self.capacity:
+            self.grow(min(2 * self.capacity, self.max_positions))
+        self.input_ids[:, 0] = tokens
+        self.position[...] = position
+        self.session.run_with_iobinding(self.binding)
+        if self.present:  # the states written to their second buffers are the next step's inputs
+            for name in self.present:
+                self.past[name], self.present[name] = self.present[name], self.past[name]
+            self.bind()
+        return self.hidden_states
+
+    def logits(self) -> np.ndarray:
+        """The output layer over the last step's hidden states: (rows, vocab), the same array each step."""
+        from onnxruntime import OrtValue
+
+        if self.output_binding is None:
+            output = self.output_layer.get_outputs()[0]
+            self.output_logits = np.zeros((self.rows, output.shape[-1]), dtype=ONNX_DTYPES[output.type])
+            self.output_binding = self.output_layer.io_binding()
+            self.output_binding.bind_ortvalue_input("hidden_states", OrtValue.ortvalue_from_numpy(self.hidden_states))
+            self.output_binding.bind_ortvalue_output("logits", OrtValue.ortvalue_from_numpy(self.output_logits))
+        self.output_layer.run_with_iobinding(self.output_binding)
+        return self.output_logits
+
+    def grow(self, capacity: int) -> None:
+        """Buffers of `capacity` slots holding the current ones' positions."""
+        for node in self.past_nodes:
+            for buffers in (self.past, self.present):
+                if node.name in buffers and not all(isinstance(size, int) for size in node.shape[1:]):
+                    grown = self.zeros(node, capacity)
+                    grown[:, :, : self.capacity] = buffers[node.name]
+                    buffers[node.name] = grown
+        self.capacity = capacity
+        self.bind()
+
+    def reorder(self, beam_idx: np.ndarray, length: int) -> None:
+        """Row i becomes the old row `beam_idx[i]`, in place, for the rows whose beam changed: the first `length`
+        slots of the self-attention buffers (those written), the whole of a state."""
+        moved = np.flatnonzero(beam_idx != np.arange(len(beam_idx)))
+        if not len(moved):
+            return
+        sources = beam_idx[moved]
+        for node in self.past_nodes:
+            buffer = self.past[node.name]
+            if all(isinstance(size, int) for size in node.shape[1:]):
+                buffer[moved] = buffer[sources]
+            else:
+                buffer[moved, :, :length] = buffer[sources, :, :length]
+
+
+# Processors whose effect on a step's scores depends on the step's length alone: each either adds a bias to some
+# tokens (-inf masks them) or, at its step, replaces every score (forcing a token).
+LENGTH_ONLY_PROCESSORS = (
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+)
+
+
+def takes_processors(logits_processor: LogitsProcessorList) -> bool:
+    """Whether `step_bias` computes this list's effect exactly: length-only processors and biases of single tokens
+    (`bad_words_ids` of one token each, `sequence_bias` of one-token sequences)."""
+    for processor in logits_processor:
+        if isinstance(processor, SequenceBiasLogitsProcessor):
+            if any(len(sequence) != 1 for sequence in processor.sequence_bias):
+                return False
+        elif not isinstance(processor, LENGTH_ONLY_PROCESSORS):
+            return False
+    return True
+
+
+def step_bias(logits_processor: LogitsProcessorList, input_ids: torch.Tensor, vocab_size: int):
+    """(bias (1, vocab) float32, replace () bool) for this step of `input_ids` (rows, length): the processors map
+    scores s to s + bias, or, where `replace`, to bias itself (a forced token). Found by processing two constant
+    rows: a list that replaced the scores gives the same row for both."""
+    zeros = torch.zeros(1, vocab_size)
+    bias = logits_processor(input_ids[:1], zeros.clone())
+    replace = torch.equal(logits_processor(input_ids[:1], zeros - 1.0), bias)
+    return bias.numpy(), np.array(replace)
+
+
+def head_graph(beam: bool) -> bytes:
+    """The search head (see the module docstring). Inputs: `logits` (rows, vocab), `bias` (1, vocab), `replace`
+    () bool; for beam search also `beam_scores` (batch, beams) and `keep` (1,) int64. Outputs: `tokens` (rows,)
+    int64, the arg-max of the processed logits; or `scores`, `indices` (batch, keep): the best accumulated
+    log-probabilities of each sentence over its beams x vocab continuations (index = beam x vocab + token)."""
+    value = helper.make_tensor_value_info
+    inputs = [
+        value("logits", TensorProto.FLOAT, ["rows", "vocab"]),
+        value("bias", TensorProto.FLOAT, [1, "vocab"]),
+        value("replace", TensorProto.BOOL, []),
+    ]
+    if not beam:
+        nodes = [
+            helper.make_node("Add", ["logits", "bias"], ["biased"]),
+            helper.make_node("Where", ["replace", "bias", "biased"], ["processed"]),
+            helper.make_node("ArgMax", ["processed"], ["tokens"], axis=-1, keepdims=0),
+        ]
+        outputs = [value("tokens", TensorProto.INT64, ["rows"])]
+    else:
+        inputs += [value("beam_scores", TensorProto.FLOAT, ["batch", "beams"]), value("keep", TensorProto.INT64, [1])]
+        nodes = [
+            helper.make_node("LogSoftmax", ["logits"], ["log_probs"], axis=-1),
+            helper.make_node("Add", ["log_probs", "bias"], ["biased"]),
+            helper.make_node("Where", ["replace", "bias", "biased"], ["processed"]),
+            helper.make_node("Constant", [], ["column"], value_ints=[-1, 1]),
+            helper.make_node("Reshape", ["beam_scores", "column"], ["row_scores"]),
+            helper.make_node("Add", ["processed", "row_scores"], ["accumulated"]),
+            helper.make_node("Shape", ["beam_scores"], ["batch"], end=1),
+            helper.make_node("Constant", [], ["rest"], value_ints=[-1]),
+            helper.make_node("Concat", ["batch", "rest"], ["per_sentence"], axis=0),
+            helper.make_node("Reshape", ["accumulated", "per_sentence"], ["sentences"]),
+            helper.make_node("TopK", ["sentences", "keep"], ["scores", "indices"], axis=-1, largest=1, sorted=1),
+        ]
+        outputs = [
+            value("scores", TensorProto.FLOAT, ["batch", "keep"]),
+            value("indices", TensorProto.INT64, ["batch", "keep"]),
+        ]
+    graph = helper.make_graph(nodes, "beam_head" if beam else "greedy_head", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+class SearchHead:
+    """The greedy and beam search heads of one engine: `tokens(logits, bias, replace)` -> (rows,) int64;
+    `continuations(logits, bias, replace, beam_scores, keep)` -> (scores, indices), (batch, keep) each."""
+
+    def __init__(self, session_options, providers: list[str]):
+        from onnxruntime import InferenceSession
+
+        self.greedy = InferenceSession(head_graph(beam=False), session_options, providers=providers)
+        self.beam = InferenceSession(head_graph(beam=True), session_options, providers=providers)
+
+    def tokens(self, logits: np.ndarray, bias: np.ndarray, replace: np.ndarray) -> np.ndarray:
+        (tokens,) = self.greedy.run(None, {"logits": logits, "bias": bias, "replace": replace})
+        return tokens
+
+    def continuations(
+        self, logits: np.ndarray, bias: np.ndarray, replace: np.ndarray, beam_scores: np.ndarray, keep: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        feeds = {
+            "logits": logits,
+            "bias": bias,
+            "replace": replace,
+            "beam_scores": beam_scores,
+            "keep": np.array([keep], dtype=np.int64),
+        }
+        scores, indices = self.beam.run(None, feeds)
+        return scores, indices
+
+
+__all__ = ["DecodingBuffers", "SearchHead", "step_bias", "takes_processors", "written_in_place"]
