@@ -22,7 +22,8 @@ import torch
 
 from ..modeling import vocab_shortlist
 from ..training.arguments import ModelArguments
-from ..training.translation_task import DataTrainingArguments, load_raw_datasets, select_split, tokenize_translations
+from ..training.run_steps import select_split
+from ..training.translation_task import DataTrainingArguments, load_raw_datasets, tokenize_translations
 
 
 @dataclasses.dataclass
