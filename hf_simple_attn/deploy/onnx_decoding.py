@@ -187,74 +187,95 @@ def step_bias(logits_processor: LogitsProcessorList, input_ids: torch.Tensor, vo
     return bias.numpy(), np.array(replace)
 
 
-def head_graph(beam: bool) -> bytes:
-    """The search head (see the module docstring). Inputs: `logits` (rows, vocab), `bias` (1, vocab), `replace`
-    () bool; for beam search also `beam_scores` (batch, beams) and `keep` (1,) int64. Outputs: `tokens` (rows,)
-    int64, the arg-max of the processed logits; or `scores`, `indices` (batch, keep): the best accumulated
-    log-probabilities of each sentence over its beams x vocab continuations (index = beam x vocab + token)."""
+def head_graph(beam: bool, biased: bool) -> bytes:
+    """A search head (see the module docstring). Inputs: `logits` (rows, vocab); when `biased`, the processors'
+    `bias` (1, vocab) and `replace` () bool; for beam search also `beam_scores` (batch, beams) and `keep` (1,)
+    int64. Outputs: `tokens` (rows,) int64, the arg-max of the processed logits; or `scores`, `indices` (batch,
+    keep): the best accumulated log-probabilities of each sentence over its beams x vocab continuations (index =
+    beam x vocab + token), in transformers' order (ties: the lower index first).
+
+    Beam search takes each row's best `keep` first, then the best `keep` of a sentence's rows: the sentence's best
+    are among its rows' best, and only (rows, keep) values get the beams' scores, not the whole vocabulary."""
     value = helper.make_tensor_value_info
-    inputs = [
-        value("logits", TensorProto.FLOAT, ["rows", "vocab"]),
-        value("bias", TensorProto.FLOAT, [1, "vocab"]),
-        value("replace", TensorProto.BOOL, []),
-    ]
-    if not beam:
-        nodes = [
-            helper.make_node("Add", ["logits", "bias"], ["biased"]),
+    inputs = [value("logits", TensorProto.FLOAT, ["rows", "vocab"])]
+    if biased:
+        inputs += [value("bias", TensorProto.FLOAT, [1, "vocab"]), value("replace", TensorProto.BOOL, [])]
+    scores = "logits"
+    nodes = []
+    if beam:
+        nodes.append(helper.make_node("LogSoftmax", ["logits"], ["log_probs"], axis=-1))
+        scores = "log_probs"
+    if biased:
+        nodes += [
+            helper.make_node("Add", [scores, "bias"], ["biased"]),
             helper.make_node("Where", ["replace", "bias", "biased"], ["processed"]),
-            helper.make_node("ArgMax", ["processed"], ["tokens"], axis=-1, keepdims=0),
         ]
+        scores = "processed"
+    if not beam:
+        nodes.append(helper.make_node("ArgMax", [scores], ["tokens"], axis=-1, keepdims=0))
         outputs = [value("tokens", TensorProto.INT64, ["rows"])]
     else:
         inputs += [value("beam_scores", TensorProto.FLOAT, ["batch", "beams"]), value("keep", TensorProto.INT64, [1])]
-        nodes = [
-            helper.make_node("LogSoftmax", ["logits"], ["log_probs"], axis=-1),
-            helper.make_node("Add", ["log_probs", "bias"], ["biased"]),
-            helper.make_node("Where", ["replace", "bias", "biased"], ["processed"]),
+        nodes += [
+            helper.make_node("Shape", ["logits"], ["vocab"], start=1, end=2),
+            helper.make_node("Min", ["keep", "vocab"], ["row_keep"]),
+            helper.make_node("TopK", [scores, "row_keep"], ["row_best", "row_tokens"], axis=-1),
             helper.make_node("Constant", [], ["column"], value_ints=[-1, 1]),
             helper.make_node("Reshape", ["beam_scores", "column"], ["row_scores"]),
-            helper.make_node("Add", ["processed", "row_scores"], ["accumulated"]),
+            helper.make_node("Add", ["row_best", "row_scores"], ["accumulated"]),
             helper.make_node("Shape", ["beam_scores"], ["batch"], end=1),
             helper.make_node("Constant", [], ["rest"], value_ints=[-1]),
             helper.make_node("Concat", ["batch", "rest"], ["per_sentence"], axis=0),
             helper.make_node("Reshape", ["accumulated", "per_sentence"], ["sentences"]),
-            helper.make_node("TopK", ["sentences", "keep"], ["scores", "indices"], axis=-1, largest=1, sorted=1),
+            helper.make_node("Reshape", ["row_tokens", "per_sentence"], ["sentence_tokens"]),
+            helper.make_node("TopK", ["sentences", "keep"], ["scores", "positions"], axis=-1),
+            helper.make_node("GatherElements", ["sentence_tokens", "positions"], ["tokens"], axis=1),
+            helper.make_node("Div", ["positions", "row_keep"], ["beam"]),
+            helper.make_node("Mul", ["beam", "vocab"], ["beam_start"]),
+            helper.make_node("Add", ["beam_start", "tokens"], ["indices"]),
         ]
         outputs = [
             value("scores", TensorProto.FLOAT, ["batch", "keep"]),
             value("indices", TensorProto.INT64, ["batch", "keep"]),
         ]
-    graph = helper.make_graph(nodes, "beam_head" if beam else "greedy_head", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    name = f"{'beam' if beam else 'greedy'}_head{'_biased' if biased else ''}"
+    model = helper.make_model(
+        helper.make_graph(nodes, name, inputs, outputs), opset_imports=[helper.make_opsetid("", 18)]
+    )
     onnx.checker.check_model(model)
     return model.SerializeToString()
 
 
 class SearchHead:
     """The greedy and beam search heads of one engine: `tokens(logits, bias, replace)` -> (rows,) int64;
-    `continuations(logits, bias, replace, beam_scores, keep)` -> (scores, indices), (batch, keep) each."""
+    `continuations(logits, bias, replace, beam_scores, keep)` -> (scores, indices), (batch, keep) each. A step
+    whose processors change nothing (a zero bias) runs the heads without the bias: two passes over the vocabulary
+    fewer."""
 
     def __init__(self, session_options, providers: list[str]):
         from onnxruntime import InferenceSession
 
-        self.greedy = InferenceSession(head_graph(beam=False), session_options, providers=providers)
-        self.beam = InferenceSession(head_graph(beam=True), session_options, providers=providers)
+        self.sessions = {
+            (beam, biased): InferenceSession(head_graph(beam, biased), session_options, providers=providers)
+            for beam in (False, True)
+            for biased in (False, True)
+        }
+
+    def run(self, beam: bool, feeds: dict, bias: np.ndarray, replace: np.ndarray) -> list[np.ndarray]:
+        biased = bool(replace) or bool(bias.any())
+        if biased:
+            feeds = {**feeds, "bias": bias, "replace": replace}
+        return self.sessions[beam, biased].run(None, feeds)
 
     def tokens(self, logits: np.ndarray, bias: np.ndarray, replace: np.ndarray) -> np.ndarray:
-        (tokens,) = self.greedy.run(None, {"logits": logits, "bias": bias, "replace": replace})
+        (tokens,) = self.run(False, {"logits": logits}, bias, replace)
         return tokens
 
     def continuations(
         self, logits: np.ndarray, bias: np.ndarray, replace: np.ndarray, beam_scores: np.ndarray, keep: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        feeds = {
-            "logits": logits,
-            "bias": bias,
-            "replace": replace,
-            "beam_scores": beam_scores,
-            "keep": np.array([keep], dtype=np.int64),
-        }
-        scores, indices = self.beam.run(None, feeds)
+        feeds = {"logits": logits, "beam_scores": beam_scores, "keep": np.array([keep], dtype=np.int64)}
+        scores, indices = self.run(True, feeds, bias, replace)
         return scores, indices
 
 
