@@ -46,7 +46,15 @@ from ..modeling.configuration_simple_attn import SimpleAttnMarianConfig
 from ..modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel, fit_generated_length
 from ..modeling.stack import position_limits
 from ..modeling.vocab_shortlist import CandidateRows, VocabShortlist, shortlist_logits, shortlist_requested
-from .onnx_decoding import FIRST_CAPACITY, DecodingBuffers, SearchHead, step_bias, takes_processors, written_in_place
+from .onnx_decoding import (
+    FIRST_CAPACITY,
+    ArrayPool,
+    DecodingBuffers,
+    SearchHead,
+    step_bias,
+    takes_processors,
+    written_in_place,
+)
 from .onnx_translation import TRANSLATIONS
 
 
@@ -395,12 +403,22 @@ class DecodingContext:
     candidate_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     vocabulary: CandidateVocabulary | None = None
 
-    def repeated(self, times: int) -> "DecodingContext":
-        """Each sentence's rows `times` times in a row (beam search: one per beam)."""
+    def repeated(self, times: int, pool: ArrayPool) -> "DecodingContext":
+        """Each sentence's rows `times` times in a row (beam search: one per beam), in `pool`'s arrays."""
+
+        def repeat(name: str, array: np.ndarray) -> np.ndarray:
+            rows = np.repeat(np.arange(len(array)), times)
+            return np.take(
+                array,
+                rows,
+                axis=0,
+                out=pool.get(f"repeated.{name}", (len(rows), *array.shape[1:]), array.dtype, zero=False),
+            )
+
         return dataclasses.replace(
             self,
-            attention_mask=np.repeat(self.attention_mask, times, axis=0),
-            encoder_outputs={name: np.repeat(tensor, times, axis=0) for name, tensor in self.encoder_outputs.items()},
+            attention_mask=repeat("attention_mask", self.attention_mask),
+            encoder_outputs={name: repeat(name, tensor) for name, tensor in self.encoder_outputs.items()},
         )
 
     def feeds(self) -> dict[str, np.ndarray]:
@@ -451,6 +469,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
             str(onnx_dir / OUTPUT_FILE), session_options, providers=providers
         )
         self.search_head = SearchHead(session_options, providers)
+        self.arrays = ArrayPool()  # a call's buffers, kept for the next call
         self.shortlist, self.output_weight, self.output_bias = load_shortlist(self.config, onnx_dir / SHORTLIST_FILE)
 
     @classmethod
@@ -471,7 +490,14 @@ class OnnxSeq2SeqModel(GenerationMixin):
         """The decoder step of one call over `rows` rows of `context`, for at most `max_positions` positions."""
         capacity = max(1, min(max_positions, self.first_capacity))
         return DecodingBuffers(
-            self.decoder, self.written_in_place, context.feeds(), rows, capacity, max_positions, self.output_layer
+            self.decoder,
+            self.written_in_place,
+            context.feeds(),
+            rows,
+            capacity,
+            max_positions,
+            self.output_layer,
+            self.arrays,
         )
 
     def step(self, buffers: DecodingBuffers, input_ids: torch.Tensor, context: DecodingContext) -> np.ndarray:
@@ -619,7 +645,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
         batch_size, cur_len = input_ids.shape
         decoder_prompt_len = cur_len
-        context = context.repeated(num_beams)
+        context = context.repeated(num_beams, self.arrays)
         buffers = self.decoding_buffers(context, batch_size * num_beams, max_length - 1)
 
         n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
