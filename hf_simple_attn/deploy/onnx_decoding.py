@@ -9,9 +9,10 @@ copies nothing; any other state (a family's running means) has two buffers that 
 search reorders rows inside the buffers; a call longer than the capacity doubles it (attention reads every slot, so
 the buffers start at the call's length, at most `FIRST_CAPACITY` slots).
 
-`SearchHead` keeps the vocabulary inside ONNX Runtime: a small graph takes a step's logits and returns, for greedy
-search, each row's token and, for beam search, the best `2 x beams` continuations of each sentence (log-softmax,
-the logits processors, the beams' scores and top-k, as transformers' beam search computes them). The logits
+`SearchHead` keeps the vocabulary inside ONNX Runtime: a small graph takes a step's logits and returns, for beam
+search, the best `2 x beams` continuations of each sentence (log-softmax, the logits processors, the beams' scores
+and top-k, as transformers' beam search computes them) and, for greedy search with processors, each row's token
+(without, one PyTorch arg-max over the logits' array does it). The logits
 processors enter as one row of biases for the step (`step_bias`), which is exact for the processors that mask tokens
 by the step's length alone (`takes_processors`); a call with any other processor searches in PyTorch.
 """
@@ -212,7 +213,9 @@ def takes_processors(logits_processor: LogitsProcessorList) -> bool:
 def step_bias(logits_processor: LogitsProcessorList, input_ids: torch.Tensor, vocab_size: int):
     """(bias (1, vocab) float32, replace () bool) for this step of `input_ids` (rows, length): the processors map
     scores s to s + bias, or, where `replace`, to bias itself (a forced token). Found by processing two constant
-    rows: a list that replaced the scores gives the same row for both."""
+    rows: a list that replaced the scores gives the same row for both. (None, False) without processors."""
+    if not logits_processor:
+        return None, np.array(False)
     zeros = torch.zeros(1, vocab_size)
     bias = logits_processor(input_ids[:1], zeros.clone())
     replace = torch.equal(logits_processor(input_ids[:1], zeros - 1.0), bias)
@@ -281,25 +284,31 @@ def head_graph(beam: bool, biased: bool) -> bytes:
 class SearchHead:
     """The greedy and beam search heads of one engine: `tokens(logits, bias, replace)` -> (rows,) int64;
     `continuations(logits, bias, replace, beam_scores, keep)` -> (scores, indices), (batch, keep) each. A step
-    whose processors change nothing (a zero bias) runs the heads without the bias: two passes over the vocabulary
-    fewer."""
+    whose processors change nothing (no bias, or a zero one) runs the heads without the bias, two passes over the
+    vocabulary fewer; greedy search's is then one arg-max, PyTorch's."""
 
     def __init__(self, session_options, providers: list[str]):
         from onnxruntime import InferenceSession
 
         self.sessions = {
             (beam, biased): InferenceSession(head_graph(beam, biased), session_options, providers=providers)
-            for beam in (False, True)
-            for biased in (False, True)
+            for beam, biased in ((False, True), (True, False), (True, True))
         }
 
-    def run(self, beam: bool, feeds: dict, bias: np.ndarray, replace: np.ndarray) -> list[np.ndarray]:
-        biased = bool(replace) or bool(bias.any())
+    @staticmethod
+    def biased(bias: np.ndarray | None, replace: np.ndarray) -> bool:
+        """Whether the processors change this step's scores."""
+        return bias is not None and (bool(replace) or bool(bias.any()))
+
+    def run(self, beam: bool, feeds: dict, bias: np.ndarray | None, replace: np.ndarray) -> list[np.ndarray]:
+        biased = self.biased(bias, replace)
         if biased:
             feeds = {**feeds, "bias": bias, "replace": replace}
         return self.sessions[beam, biased].run(None, feeds)
 
-    def tokens(self, logits: np.ndarray, bias: np.ndarray, replace: np.ndarray) -> np.ndarray:
+    def tokens(self, logits: np.ndarray, bias: np.ndarray | None, replace: np.ndarray) -> np.ndarray:
+        if not self.biased(bias, replace):  # one arg-max: PyTorch's, without a graph's call
+            return torch.from_numpy(logits).argmax(dim=-1).numpy()
         (tokens,) = self.run(False, {"logits": logits}, bias, replace)
         return tokens
 
