@@ -2,19 +2,20 @@
 
 `DecodingBuffers` holds one `generate` call's decoding state as the PyTorch static caches do (`SimpleAttnStaticLayer`):
 self-attention buffers of `capacity` slots, allocated once (and kept for the next call of the same shapes,
-`ArrayPool`) and written by the decoder step graph at the step's position. The graph's inputs and outputs are bound once (ONNX Runtime I/O binding of `OrtValue`s over these arrays):
-a buffer whose only reader in the graph is the write of the new position (`ScatterND`, see
-`export.StepCacheLayer`) is both the graph's input and its output, so ONNX Runtime writes one position into it and
-copies nothing; any other state (a family's running means) has two buffers that swap roles after each step. Beam
-search reorders rows inside the buffers; a call longer than the capacity doubles it (attention reads every slot, so
-the buffers start at the call's length, at most `FIRST_CAPACITY` slots).
+`ArrayPool`) and written by the decoder step graph at the step's position. The graph's inputs and outputs are bound
+once (ONNX Runtime I/O binding of `OrtValue`s over these arrays): a buffer whose only reader in the graph is the
+write of the new position (`ScatterND`, see `export.StepCacheLayer`) is both the graph's input and its output, so
+ONNX Runtime writes one position into it and copies nothing; any other state (a family's running means) has two
+buffers that swap roles after each step. Beam search reorders rows inside the buffers; a call longer than the
+capacity doubles it (attention reads every slot, so the buffers start at the call's length, at most
+`FIRST_CAPACITY` slots).
 
 `SearchHead` keeps the vocabulary inside ONNX Runtime: a small graph takes a step's logits and returns, for beam
-search, the best `2 x beams` continuations of each sentence (log-softmax, the logits processors, the beams' scores
-and top-k, as transformers' beam search computes them) and, for greedy search with processors, each row's token
-(without, one PyTorch arg-max over the logits' array does it). The logits
-processors enter as one row of biases for the step (`step_bias`), which is exact for the processors that mask tokens
-by the step's length alone (`takes_processors`); a call with any other processor searches in PyTorch.
+search, the best `2 x beams` continuations of each sentence (log-softmax, the logits processors, each row's top-k,
+the beams' scores, the sentence's top-k: transformers' beam search step) and, for greedy search with processors,
+each row's token (without processors, one PyTorch arg-max over the logits' array does it). The processors enter as
+one row of biases for the step (`step_bias`), which is exact for those that mask or force tokens by the step's
+length alone (`takes_processors`); a call with any other processor searches in PyTorch.
 """
 
 import threading
