@@ -91,6 +91,12 @@ def test_every_family_but_the_baseline_has_its_docs_page(hooks):
     assert set(hooks.family_pages()) == set(PACKAGE_FAMILIES) - {"dot"}
 
 
+def test_every_family_module_but_the_baseline_has_its_test_file():
+    """`tests/test_attention_<name>.py` beside `attention_<name>.py`, as the page names it."""
+    modules = {family.__module__.rsplit(".", 1)[-1] for family in PACKAGE_FAMILIES.values()} - {"attention_dot"}
+    assert {module for module in modules if not (REPO / "tests" / f"test_{module}.py").is_file()} == set()
+
+
 def test_layouts_and_presets_take_a_registered_family(throwaway):
     config = SimpleAttnMarianConfig.from_preset("hc-sa", attention_layout={"cross": "throwaway"}, **TINY_MARIAN)
     assert {group["kind"] for spec in config.attention_layout["cross"] for group in spec["groups"]} == {"throwaway"}
