@@ -599,13 +599,14 @@ class OnnxSeq2SeqModel(GenerationMixin):
                 return input_ids
 
     def top_continuations(
-        self, logits: np.ndarray, input_ids, running_beam_scores, logits_processor, beams_to_keep: int
+        self, logits: np.ndarray, input_ids, running_beam_scores, logits_processor, beams_to_keep: int, in_graph: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(scores, indices) (batch, beams_to_keep): the best accumulated log-probabilities of each sentence's
         continuations (index = beam x vocab + token), as transformers' `_get_top_k_continuations` takes them: in the
-        search head, or in PyTorch for logits processors it does not take."""
+        search head (`in_graph`: `takes_processors` of the call), or in PyTorch for logits processors it does not
+        take."""
         batch_size, num_beams = running_beam_scores.shape
-        if takes_processors(logits_processor):
+        if in_graph:
             bias, replace = step_bias(logits_processor, input_ids, logits.shape[-1])
             scores, indices = self.search_head.continuations(
                 logits, bias, replace, running_beam_scores.numpy(), beams_to_keep
@@ -647,6 +648,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         decoder_prompt_len = cur_len
         context = context.repeated(num_beams, self.arrays)
         buffers = self.decoding_buffers(context, batch_size * num_beams, max_length - 1)
+        in_graph = takes_processors(logits_processor)
 
         n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
         beams_to_keep = max(2, 1 + n_eos_tokens) * num_beams
@@ -667,7 +669,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
             flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
             logits = self.step(buffers, flat_running_sequences, context)
             topk_log_probs, topk_indices = self.top_continuations(
-                logits, flat_running_sequences, running_beam_scores, logits_processor, beams_to_keep
+                logits, flat_running_sequences, running_beam_scores, logits_processor, beams_to_keep, in_graph
             )
             topk_running_sequences, topk_running_beam_indices = self.continue_beams(
                 topk_indices, logits.shape[-1], running_sequences, running_beam_indices, cur_len, decoder_prompt_len

@@ -107,6 +107,10 @@ class DecodingBuffers:
         self.hidden_states = pool.get("hidden_states", (rows, output.shape[-1]), ONNX_DTYPES[output.type], zero=False)
         self.feeds = feeds
         self.past_nodes = [node for node in session.get_inputs() if node.name.startswith("past.")]
+        # The buffers with slots (self attention's keys and values); the others are a family's fixed-size states.
+        self.slotted = {
+            node.name for node in self.past_nodes if not all(isinstance(size, int) for size in node.shape[1:])
+        }
         self.past = {node.name: self.zeros(node, capacity, node.name) for node in self.past_nodes}
         self.present = {
             name: self.zeros(node, capacity, "present" + name[len("past") :])
@@ -122,29 +126,37 @@ class DecodingBuffers:
         return self.pool.get(name, shape, ONNX_DTYPES[node.type])
 
     def bind(self) -> None:
-        """Bind every input and output to its array (an `OrtValue` over the array's memory, no copy)."""
+        """Bind every input and output to its array (an `OrtValue` over the array's memory, no copy): one binding,
+        and with two-buffer states a second one for the steps after each swap, so that no step binds anew."""
+        both = {**self.past, **self.present}  # the states' second buffers in place of their first
+        self.bindings = [self.binding_for(self.past, both)]
+        if self.present:
+            self.bindings.append(self.binding_for(both, self.past))
+        self.phase = 0
+
+    def binding_for(self, inputs: dict, outputs: dict):
+        """A binding reading the `past.*` arrays of `inputs` and writing the `present.*` ones into `outputs`."""
         from onnxruntime import OrtValue
 
         binding = self.session.io_binding()
-        inputs = {"input_ids": self.input_ids, "position": self.position, **self.feeds, **self.past}
-        for name, array in inputs.items():
+        feeds = {"input_ids": self.input_ids, "position": self.position, **self.feeds, **inputs}
+        for name, array in feeds.items():
             binding.bind_ortvalue_input(name, OrtValue.ortvalue_from_numpy(array))
         binding.bind_ortvalue_output("hidden_states", OrtValue.ortvalue_from_numpy(self.hidden_states))
-        for name in self.past:
-            output = self.past[name] if name in self.aliased else self.present[name]
-            binding.bind_ortvalue_output("present" + name[len("past") :], OrtValue.ortvalue_from_numpy(output))
-        self.binding = binding
+        for name, array in outputs.items():
+            binding.bind_ortvalue_output("present" + name[len("past") :], OrtValue.ortvalue_from_numpy(array))
+        return binding
 
     def step(self, tokens: np.ndarray, position: int) -> np.ndarray:
         if position >= self.capacity:
             self.grow(min(2 * self.capacity, self.max_positions))
         self.input_ids[:, 0] = tokens
         self.position[...] = position
-        self.session.run_with_iobinding(self.binding)
+        self.session.run_with_iobinding(self.bindings[self.phase])
         if self.present:  # the states written to their second buffers are the next step's inputs
             for name in self.present:
                 self.past[name], self.present[name] = self.present[name], self.past[name]
-            self.bind()
+            self.phase = 1 - self.phase
         return self.hidden_states
 
     def logits(self) -> np.ndarray:
@@ -165,7 +177,7 @@ class DecodingBuffers:
         """Buffers of `capacity` slots holding the current ones' positions."""
         for node in self.past_nodes:
             for prefix, buffers in (("past", self.past), ("present", self.present)):
-                if node.name in buffers and not all(isinstance(size, int) for size in node.shape[1:]):
+                if node.name in buffers and node.name in self.slotted:
                     grown = self.zeros(node, capacity, prefix + node.name[len("past") :])
                     grown[:, :, : self.capacity] = buffers[node.name]
                     buffers[node.name] = grown
@@ -179,12 +191,11 @@ class DecodingBuffers:
         if not len(moved):
             return
         sources = beam_idx[moved]
-        for node in self.past_nodes:
-            buffer = self.past[node.name]
-            if all(isinstance(size, int) for size in node.shape[1:]):
-                buffer[moved] = buffer[sources]
-            else:
+        for name, buffer in self.past.items():
+            if name in self.slotted:
                 buffer[moved, :, :length] = buffer[sources, :, :length]
+            else:
+                buffer[moved] = buffer[sources]
 
 
 # Processors whose effect on a step's scores depends on the step's length alone: each either adds a bias to some
