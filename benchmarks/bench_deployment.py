@@ -37,7 +37,7 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import PreTrainedTokenizerFast
 
 from hf_simple_attn.deploy.quantize import quantize_dynamic_int8
-from hf_simple_attn.training.sizes import SIZES
+from hf_simple_attn.recipes.sizes import SIZES
 
 import common
 

@@ -35,8 +35,8 @@ from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList
 from hf_simple_attn import SimpleAttnMarianMTModel
 from hf_simple_attn.deploy.shortlist import Shortlist, shortlist_coverage, shortlist_from_data, tokenized_pairs
 from hf_simple_attn.modeling.vocab_shortlist import CandidateRows, shortlist_logits
-from hf_simple_attn.training.arguments import ModelArguments
-from hf_simple_attn.training.translation_task import DataTrainingArguments, load_raw_datasets
+from hf_simple_attn.recipes.arguments import ModelArguments
+from hf_simple_attn.recipes.translation_task import DataTrainingArguments, load_raw_datasets
 
 import common
 

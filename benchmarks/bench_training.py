@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from hf_simple_attn.training.sizes import SIZES
+from hf_simple_attn.recipes.sizes import SIZES
 
 import common
 

@@ -21,12 +21,12 @@ from transformers import BertConfig, BertModel, MarianConfig, MarianMTModel
 
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
-from hf_simple_attn.training.sizes import bert_size, marian_size
+from hf_simple_attn.recipes.sizes import bert_size, marian_size
 
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
-# The sizes the benchmarks run at (hf_simple_attn.training.sizes.SIZES: d_model, layers, heads, feed-forward,
+# The sizes the benchmarks run at (hf_simple_attn.recipes.sizes.SIZES: d_model, layers, heads, feed-forward,
 # vocabulary).
 BENCHMARK_SIZES = ("opus-mt", "opus-mt-vocab8k", "small", "tiny")
 MARIAN = "MarianMTModel"  # transformers' own models, measured beside the presets

@@ -44,7 +44,7 @@ from transformers import BertConfig, BertModel, MarianConfig, MarianMTModel
 
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.presets import list_presets
-from hf_simple_attn.training.sizes import SIZES, bert_size_fields, marian_size_fields
+from hf_simple_attn.recipes.sizes import SIZES, bert_size_fields, marian_size_fields
 
 import common
 import summarize

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from hf_simple_attn.training.sizes import SIZES
+from hf_simple_attn.recipes.sizes import SIZES
 
 import bench_deployment
 import common

@@ -20,12 +20,12 @@ import tempfile
 
 from . import __version__
 from .modeling.presets import PRESETS
-from .training.sizes import bert_size, marian_size
+from .recipes.sizes import bert_size, marian_size
 
 
 # Exit status of a process stopped by SIGPIPE (128 + 13), as `yes | head -1` leaves it.
 BROKEN_PIPE_STATUS = 141
-# The sizes `describe` offers per kind of model (hf_simple_attn.training.sizes), and their config fields.
+# The sizes `describe` offers per kind of model (hf_simple_attn.recipes.sizes), and their config fields.
 KIND_SIZES = {
     "seq2seq": {name: marian_size(name) for name in ("opus-mt", "small")},
     "encoder": {name: bert_size(name) for name in ("bert-base", "small")},
@@ -47,8 +47,8 @@ def describe(preset: str, model_kind: str, size: str) -> None:
     import torch
 
     from . import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
-    from .training.layout_table import layout_table
-    from .training.model_card import ATTENTION_PARAMETER
+    from .recipes.layout_table import layout_table
+    from .recipes.model_card import ATTENTION_PARAMETER
 
     config_class, model_class = {
         "seq2seq": (SimpleAttnMarianConfig, SimpleAttnMarianMTModel),
@@ -137,7 +137,7 @@ SHORTLIST_OPTION_ALIASES = {"data_cache_dir": ["--corpus_cache_dir"]}
 def shortlist(args: argparse.Namespace) -> None:
     """Build a vocabulary shortlist from the training data and add it to the checkpoint; report its coverage."""
     from .deploy.shortlist import shortlist_from_data
-    from .training.translation_task import DataTrainingArguments
+    from .recipes.translation_task import DataTrainingArguments
 
     data_options = {name: getattr(args, name) for name in SHORTLIST_DATA_OPTIONS if getattr(args, name) is not None}
     report = shortlist_from_data(
@@ -162,7 +162,7 @@ def shortlist(args: argparse.Namespace) -> None:
 
 def push(args: argparse.Namespace) -> None:
     """Push a trained run folder to the Hub as the training scripts' `--push_to_hub` does (`push_checkpoint`)."""
-    from .training.hub import push_checkpoint
+    from .recipes.hub import push_checkpoint
 
     if not os.path.isfile(os.path.join(args.run_dir, "config.json")):
         raise ValueError(

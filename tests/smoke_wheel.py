@@ -19,8 +19,8 @@ from transformers import pipeline
 import hf_simple_attn
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.data import load_embedded_corpus
-from hf_simple_attn.training.hub import publish_checkpoint
-from hf_simple_attn.training.tokenization import train_tokenizer
+from hf_simple_attn.recipes.hub import publish_checkpoint
+from hf_simple_attn.recipes.tokenization import train_tokenizer
 
 
 SENTENCES = ["Click OK to close the dialog.", "Select the cells that you want to print."]

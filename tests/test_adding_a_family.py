@@ -21,7 +21,7 @@ from hf_simple_attn import ATTENTION_FAMILIES, LayoutError, SimpleAttnBertConfig
 from hf_simple_attn.modeling.attention_heads import SITES, AttentionHeads
 from hf_simple_attn.modeling.attention_registry import register_attention
 from hf_simple_attn.modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
-from hf_simple_attn.training.model_card import write_model_card
+from hf_simple_attn.recipes.model_card import write_model_card
 
 from conftest import TINY_BERT, TINY_MARIAN
 from throwaway_family import ThrowawayHeads
@@ -42,7 +42,7 @@ SHARED_CODE = [
     *sorted((REPO / "hf_simple_attn").glob("*.py")),
     *(
         path
-        for folder in ("modeling", "training", "deploy")
+        for folder in ("modeling", "recipes", "deploy")
         for path in sorted((REPO / "hf_simple_attn" / folder).glob("*.py"))
     ),
     REPO / "docs" / "hooks.py",

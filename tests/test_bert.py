@@ -27,7 +27,7 @@ from hf_simple_attn import (
     SimpleAttnBertForTokenClassification,
     SimpleAttnBertModel,
 )
-from hf_simple_attn.training.convert import convert_bert_checkpoint
+from hf_simple_attn.recipes.convert import convert_bert_checkpoint
 
 from conftest import (
     TINY_BERT,

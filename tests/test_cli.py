@@ -72,7 +72,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
 
 def test_layout_table_shows_per_head_lists_once():
     from hf_simple_attn import SimpleAttnMarianConfig
-    from hf_simple_attn.training.layout_table import layout_table
+    from hf_simple_attn.recipes.layout_table import layout_table
 
     config = SimpleAttnMarianConfig.from_preset(
         "local-4tied",

@@ -10,7 +10,7 @@ from hf_simple_attn import (
     SimpleAttnBertModel,
     SimpleAttnMarianMTModel,
 )
-from hf_simple_attn.training.convert import convert_bert_checkpoint, convert_marian_checkpoint
+from hf_simple_attn.recipes.convert import convert_bert_checkpoint, convert_marian_checkpoint
 
 from conftest import TINY_BERT, assert_same_maths, model_reductions
 

@@ -34,8 +34,8 @@ from test_training_translation import (
 )
 
 from hf_simple_attn.cli import main as cli
-from hf_simple_attn.training.hub import files_to_push, push_command
-from hf_simple_attn.training.model_card import card_for_repository, write_model_card
+from hf_simple_attn.recipes.hub import files_to_push, push_command
+from hf_simple_attn.recipes.model_card import card_for_repository, write_model_card
 
 from conftest import HUB_TOKEN, HUB_USERS, hub_environment, make_model, serving_hub
 

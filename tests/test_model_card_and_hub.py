@@ -21,9 +21,9 @@ from hf_simple_attn import (
     SimpleAttnMarianConfig,
     SimpleAttnMarianMTModel,
 )
-from hf_simple_attn.training.hub import files_to_push, push_checkpoint, push_command
-from hf_simple_attn.training.layout_table import layout_table
-from hf_simple_attn.training.model_card import card_template, parse_metrics, write_model_card
+from hf_simple_attn.recipes.hub import files_to_push, push_checkpoint, push_command
+from hf_simple_attn.recipes.layout_table import layout_table
+from hf_simple_attn.recipes.model_card import card_template, parse_metrics, write_model_card
 
 from conftest import HUB_TOKEN, TINY_MARIAN, serving_hub
 
@@ -297,7 +297,7 @@ ZIPPED_PACKAGE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import hf_simple_attn
-from hf_simple_attn.training.model_card import card_template
+from hf_simple_attn.recipes.model_card import card_template
 assert hf_simple_attn.__file__.startswith(sys.argv[1]), hf_simple_attn.__file__
 print(card_template().splitlines()[1])
 """

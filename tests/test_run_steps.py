@@ -1,4 +1,4 @@
-"""The steps the training scripts share (`hf_simple_attn.training.run_steps`)."""
+"""The steps the training scripts share (`hf_simple_attn.recipes.run_steps`)."""
 
 from types import SimpleNamespace
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from datasets import Dataset, DatasetDict
 
-from hf_simple_attn.training.run_steps import decode_token_ids, select_split, select_splits
+from hf_simple_attn.recipes.run_steps import decode_token_ids, select_split, select_splits
 
 
 def splits(**sizes: int) -> DatasetDict:

@@ -7,12 +7,12 @@ from torch.utils.data import SequentialSampler
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
-from hf_simple_attn.training.sampling import (
+from hf_simple_attn.recipes.sampling import (
     LengthGroupedSeq2SeqTrainer,
     LengthGroupedTrainer,
     ShuffledLengthGroupedSampler,
 )
-from hf_simple_attn.training.tokenization import train_tokenizer
+from hf_simple_attn.recipes.tokenization import train_tokenizer
 
 
 def batches_of(indices: list[int], batch_size: int) -> list[list[int]]:

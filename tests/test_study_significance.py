@@ -9,6 +9,7 @@ import sacrebleu
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from hf_simple_attn.metrics import load_metric
+from hf_simple_attn.recipes.summarization_task import split_sentences
 from hf_simple_attn.studies.runner import evaluation_labels, evaluation_texts, load_study
 from hf_simple_attn.studies.summary import (
     CONFUSION_SCORES,
@@ -20,7 +21,6 @@ from hf_simple_attn.studies.summary import (
     significance,
     summarize,
 )
-from hf_simple_attn.training.summarization_task import split_sentences
 
 
 REFERENCES = [f"the cat sat on the mat number {n} today" for n in range(40)]

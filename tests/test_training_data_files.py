@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hf_simple_attn.data import DataFileError, load_data_files
-from hf_simple_attn.training.arguments import ModelArguments
+from hf_simple_attn.recipes.arguments import ModelArguments
 
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"

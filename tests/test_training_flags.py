@@ -22,10 +22,10 @@ import pytest
 from accelerate.tracking import GeneralTracker
 from transformers import AutoTokenizer
 
-import hf_simple_attn.training.model_setup
+import hf_simple_attn.recipes.model_setup
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertForSequenceClassification, SimpleAttnMarianConfig
-from hf_simple_attn.training.arguments import ModelArguments, parse_script_arguments
-from hf_simple_attn.training.tokenization import train_bert_tokenizer, train_tokenizer
+from hf_simple_attn.recipes.arguments import ModelArguments, parse_script_arguments
+from hf_simple_attn.recipes.tokenization import train_bert_tokenizer, train_tokenizer
 
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -273,7 +273,7 @@ def test_tokenizer_training_shows_progress_unless_disable_tqdm(corpus, tmp_path,
         shown.append(kwargs["show_progress"])
         return train_tokenizer(texts, **kwargs)
 
-    monkeypatch.setattr(hf_simple_attn.training.model_setup, "train_tokenizer", recording_train_tokenizer)
+    monkeypatch.setattr(hf_simple_attn.recipes.model_setup, "train_tokenizer", recording_train_tokenizer)
     arguments = translation_args(corpus, "train") + TINY + TRAINER + ["--do_train", "--max_steps", "1"]
     run_translation.main(arguments + ["--output_dir", str(tmp_path / "quiet")])
     assert datasets.utils.are_progress_bars_disabled()

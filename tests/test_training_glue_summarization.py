@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-import hf_simple_attn.training.hub
-from hf_simple_attn.training.classification_task import (
+import hf_simple_attn.recipes.hub
+from hf_simple_attn.recipes.classification_task import (
     DataTrainingArguments,
     average_ranks,
     build_compute_metrics,
     sentence_keys,
 )
-from hf_simple_attn.training.summarization_task import split_sentences
+from hf_simple_attn.recipes.summarization_task import split_sentences
 
 from conftest import HUB_TOKEN, assert_hub_token_kept_out, assert_saved_as_trained, record_calls
 
@@ -426,7 +426,7 @@ def test_glue_push_to_hub_uploads_the_finished_folder(run_glue, tmp_path, monkey
         pushed.append((output_dir, repo_id, kwargs, sorted(path.name for path in Path(output_dir).iterdir())))
         return "commit-url"
 
-    monkeypatch.setattr(hf_simple_attn.training.hub, "push_checkpoint", fake_push)
+    monkeypatch.setattr(hf_simple_attn.recipes.hub, "push_checkpoint", fake_push)
     rows = sentiment_rows()
     output_dir = tmp_path / "out"
     run_glue.main(

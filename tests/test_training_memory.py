@@ -14,7 +14,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from hf_simple_attn import SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.fused_cross_entropy import chunked_cross_entropy
-from hf_simple_attn.training.sampling import LengthGroupedSeq2SeqTrainer
+from hf_simple_attn.recipes.sampling import LengthGroupedSeq2SeqTrainer
 
 from conftest import TINY_MARIAN, assert_same_maths, make_model, model_reductions
 

@@ -18,15 +18,15 @@ from transformers import AutoTokenizer, MarianConfig, MarianMTModel, Seq2SeqTrai
 
 import hf_simple_attn
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnMarianConfig
-from hf_simple_attn.training.arguments import (
+from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
     check_checkpoint_fits,
     parse_attention_layout,
 )
-from hf_simple_attn.training.model_setup import build_seq2seq_model, compute_length_ratio
-from hf_simple_attn.training.tokenization import train_bert_tokenizer, train_tokenizer
+from hf_simple_attn.recipes.model_setup import build_seq2seq_model, compute_length_ratio
+from hf_simple_attn.recipes.tokenization import train_bert_tokenizer, train_tokenizer
 
 from conftest import HUB_TOKEN, assert_hub_token_kept_out, assert_saved_as_trained, record_calls
 

@@ -23,7 +23,7 @@ Data, one of:
 Results go to `output_dir` like the example's (`eval_results.json`, `predict_results.txt`, ...),
 with a model card (`README.md`); `--push_to_hub` uploads the folder at the end.
 
-The data options, loading, preprocessing and metrics are in `hf_simple_attn.training.classification_task`.
+The data options, loading, preprocessing and metrics are in `hf_simple_attn.recipes.classification_task`.
 """
 
 import logging
@@ -34,7 +34,7 @@ from datasets import DatasetDict
 from transformers import DataCollatorWithPadding, TrainingArguments, default_data_collator, set_seed
 
 from hf_simple_attn import SimpleAttnBertForSequenceClassification
-from hf_simple_attn.training.arguments import (
+from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelSizeArguments,
     check_checkpoint_fits,
@@ -44,7 +44,7 @@ from hf_simple_attn.training.arguments import (
     setup_logging,
     show_progress,
 )
-from hf_simple_attn.training.classification_task import (
+from hf_simple_attn.recipes.classification_task import (
     DataTrainingArguments,
     GlueModelArguments,
     build_compute_metrics,
@@ -58,10 +58,10 @@ from hf_simple_attn.training.classification_task import (
     tokenizer_for_run,
     usable_max_seq_length,
 )
-from hf_simple_attn.training.hub import publish_checkpoint
-from hf_simple_attn.training.model_setup import build_encoder_model, check_trained_from_scratch
-from hf_simple_attn.training.run_steps import select_split, select_splits, train
-from hf_simple_attn.training.sampling import LengthGroupedTrainer
+from hf_simple_attn.recipes.hub import publish_checkpoint
+from hf_simple_attn.recipes.model_setup import build_encoder_model, check_trained_from_scratch
+from hf_simple_attn.recipes.run_steps import select_split, select_splits, train
+from hf_simple_attn.recipes.sampling import LengthGroupedTrainer
 
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ with a warning about ROUGE when it is not English). Results go to
 `output_dir` like the example's (`eval_results.json`, `generated_predictions.txt`, ...), with a
 model card (`README.md`); `--push_to_hub` uploads the folder at the end.
 
-The data options, loading, preprocessing and ROUGE are in `hf_simple_attn.training.summarization_task`.
+The data options, loading, preprocessing and ROUGE are in `hf_simple_attn.recipes.summarization_task`.
 """
 
 import logging
@@ -34,7 +34,7 @@ import os
 
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments, set_seed
 
-from hf_simple_attn.training.arguments import (
+from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
@@ -45,11 +45,11 @@ from hf_simple_attn.training.arguments import (
     setup_logging,
     show_progress,
 )
-from hf_simple_attn.training.hub import publish_checkpoint
-from hf_simple_attn.training.model_setup import check_trained_from_scratch
-from hf_simple_attn.training.run_steps import decode_token_ids, select_splits, train
-from hf_simple_attn.training.sampling import LengthGroupedSeq2SeqTrainer
-from hf_simple_attn.training.summarization_task import (
+from hf_simple_attn.recipes.hub import publish_checkpoint
+from hf_simple_attn.recipes.model_setup import check_trained_from_scratch
+from hf_simple_attn.recipes.run_steps import decode_token_ids, select_splits, train
+from hf_simple_attn.recipes.sampling import LengthGroupedSeq2SeqTrainer
+from hf_simple_attn.recipes.summarization_task import (
     DataTrainingArguments,
     build_compute_metrics,
     dataset_description,

@@ -8,7 +8,7 @@ with that script have the same names and meaning. Added here:
   `--model_name_or_path` the model is trained from scratch at the size given by `--d_model`,
   `--encoder_layers`, `--decoder_layers`, `--attention_heads`, `--ffn_dim`, with a BPE vocabulary
   of `--vocab_size` trained on the training data; with it, a Marian checkpoint is converted to
-  the layout (`hf_simple_attn.training.convert.convert_marian_checkpoint`). γ (`--length_ratio`) is
+  the layout (`hf_simple_attn.recipes.convert.convert_marian_checkpoint`). γ (`--length_ratio`) is
   computed from the training data and stored in the config when not given.
 - the data: `--dataset_name` also takes the offline corpora of `hf_simple_attn.data`:
   `embedded` (the committed LibreOffice help en-de corpus), `libreoffice_help`,
@@ -18,13 +18,13 @@ with that script have the same names and meaning. Added here:
   column per language), csv or tsv (a header row naming the language columns), read as text
   with every row checked (`hf_simple_attn.data.load_data_files`; errors name file, line and field).
 - batching: `--train_sampling_strategy group_by_length` groups sentences of similar length and
-  shuffles the batches, and evaluates in dataset order (`hf_simple_attn.training.sampling`).
+  shuffles the batches, and evaluates in dataset order (`hf_simple_attn.recipes.sampling`).
 - the results: BLEU and chrF (SacreBLEU, with their signatures) in `eval_results.json` /
   `predict_results.json`, a model card (`README.md`) in `--output_dir`, and `--push_to_hub`
-  uploads the final checkpoint, its code and card once at the end (`hf_simple_attn.training.hub`).
+  uploads the final checkpoint, its code and card once at the end (`hf_simple_attn.recipes.hub`).
 
 The data options, loading, preprocessing and scoring are shared with `run_translation_no_trainer.py`
-(`hf_simple_attn.training.translation_task`).
+(`hf_simple_attn.recipes.translation_task`).
 
     python training/run_translation.py --dataset_name embedded --attention_preset hc-sa \
         --do_train --do_eval --predict_with_generate --max_steps 400 --output_dir runs/hc-sa
@@ -37,7 +37,7 @@ import numpy as np
 from transformers import DataCollatorForSeq2Seq, SchedulerType, Seq2SeqTrainingArguments, set_seed
 
 import hf_simple_attn  # noqa: F401  (registers the model classes for saving with their code)
-from hf_simple_attn.training.arguments import (
+from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
@@ -48,11 +48,11 @@ from hf_simple_attn.training.arguments import (
     setup_logging,
     show_progress,
 )
-from hf_simple_attn.training.hub import publish_checkpoint
-from hf_simple_attn.training.model_setup import check_trained_from_scratch
-from hf_simple_attn.training.run_steps import decode_token_ids, select_splits, train
-from hf_simple_attn.training.sampling import LengthGroupedSeq2SeqTrainer
-from hf_simple_attn.training.translation_task import (
+from hf_simple_attn.recipes.hub import publish_checkpoint
+from hf_simple_attn.recipes.model_setup import check_trained_from_scratch
+from hf_simple_attn.recipes.run_steps import decode_token_ids, select_splits, train
+from hf_simple_attn.recipes.sampling import LengthGroupedSeq2SeqTrainer
+from hf_simple_attn.recipes.translation_task import (
     TOKENIZING_DESCRIPTIONS,
     DataTrainingArguments,
     TranslationScorer,

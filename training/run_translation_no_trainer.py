@@ -2,7 +2,7 @@
 """Train and evaluate a translation model with any attention layout, in a plain Accelerate loop.
 
 The same model, data and metric options as `run_translation.py` (its data loading, preprocessing
-and scoring are shared through `hf_simple_attn.training.translation_task`), with the training options of transformers'
+and scoring are shared through `hf_simple_attn.recipes.translation_task`), with the training options of transformers'
 `run_translation_no_trainer.py` example (`--per_device_train_batch_size`, `--learning_rate`,
 `--num_train_epochs`, `--max_train_steps`, `--checkpointing_steps`, `--resume_from_checkpoint`, ...).
 It runs as a plain script on one device or under `accelerate launch` on several:
@@ -14,7 +14,7 @@ It runs as a plain script on one device or under `accelerate launch` on several:
 At the end the model, tokenizer and modeling code are saved in `--output_dir` with a model
 card, BLEU/chrF on the validation split in `eval_results.json` (and on the test split in
 `predict_results.json` with `--do_predict`; `--predict_with_generate false`: the loss instead);
-`--push_to_hub` uploads them (`hf_simple_attn.training.hub`). `--with_tracking` logs the training loss,
+`--push_to_hub` uploads them (`hf_simple_attn.recipes.hub`). `--with_tracking` logs the training loss,
 learning rate and results to the trackers of `--report_to` (`accelerator.init_trackers` / `log`,
 as transformers' no_trainer examples do).
 
@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, get_scheduler
 from transformers.utils import CONFIG_NAME
 
-from hf_simple_attn.training.arguments import (
+from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelArguments,
     ModelSizeArguments,
@@ -52,9 +52,9 @@ from hf_simple_attn.training.arguments import (
     check_no_trained_model,
     parse_script_arguments,
 )
-from hf_simple_attn.training.hub import prepare_push, publish_checkpoint
-from hf_simple_attn.training.run_steps import select_split
-from hf_simple_attn.training.translation_task import (
+from hf_simple_attn.recipes.hub import prepare_push, publish_checkpoint
+from hf_simple_attn.recipes.run_steps import select_split
+from hf_simple_attn.recipes.translation_task import (
     DataTrainingArguments,
     TranslationScorer,
     dataset_label,
@@ -129,7 +129,7 @@ class LoopArguments:
     )
     push_to_hub: bool = field(
         default=False,
-        metadata={"help": "Upload the final model, code and card to the Hub (hf_simple_attn.training.hub)."},
+        metadata={"help": "Upload the final model, code and card to the Hub (hf_simple_attn.recipes.hub)."},
     )
     hub_model_id: str | None = field(default=None, metadata={"help": "Hub repository (default: the folder's name)."})
     hub_token: str | None = field(default=None, metadata={"help": "Hub token (default: from `hf auth login`)."})

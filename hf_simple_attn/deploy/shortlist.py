@@ -21,9 +21,9 @@ import tempfile
 import torch
 
 from ..modeling import vocab_shortlist
-from ..training.arguments import ModelArguments
-from ..training.run_steps import select_split
-from ..training.translation_task import DataTrainingArguments, load_raw_datasets, tokenize_translations
+from ..recipes.arguments import ModelArguments
+from ..recipes.run_steps import select_split
+from ..recipes.translation_task import DataTrainingArguments, load_raw_datasets, tokenize_translations
 
 
 @dataclasses.dataclass

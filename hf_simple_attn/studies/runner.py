@@ -44,8 +44,8 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..modeling.presets import list_presets
-from ..training.arguments import ModelArguments, last_complete_checkpoint
-from ..training.run_steps import select_split
+from ..recipes.arguments import ModelArguments, last_complete_checkpoint
+from ..recipes.run_steps import select_split
 
 
 logger = logging.getLogger(__name__)
@@ -633,9 +633,9 @@ def script_parser(study: Study):
 
 
 def script_data_arguments(study: Study):
-    """(the task's module in `hf_simple_attn.training`, model arguments, data arguments) as the task's script parses
+    """(the task's module in `hf_simple_attn.recipes`, model arguments, data arguments) as the task's script parses
     the study's command line."""
-    task = importlib.import_module(f"..training.{TASKS[study.task]['task_module']}", __package__)
+    task = importlib.import_module(f"..recipes.{TASKS[study.task]['task_module']}", __package__)
     first = Run(study.presets[0], study.seeds_of(study.presets[0])[0])
     *parsed, _ = script_parser(study).parse_args_into_dataclasses(
         command_for(study, first)[2:], return_remaining_strings=True

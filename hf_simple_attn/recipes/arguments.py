@@ -10,7 +10,7 @@ and `(Seq2Seq)TrainingArguments`, so the options read the same everywhere:
 - `ModelSizeArguments`: the size of a model trained from scratch (`--d_model`, `--encoder_layers`, ...).
 
 `parse_script_arguments`, `setup_logging`, `prepare_hub_push`, `checkpoint_to_resume` and
-`check_checkpoint_fits` are the start-up steps every script shares; `hf_simple_attn.training.model_setup`
+`check_checkpoint_fits` are the start-up steps every script shares; `hf_simple_attn.recipes.model_setup`
 turns the arguments into a tokenizer and a model.
 """
 
@@ -83,7 +83,7 @@ def show_progress(training_args) -> bool:
 
 def prepare_hub_push(training_args, hub_token: str | None) -> bool:
     """`--push_to_hub`, switched off in `training_args` so that the Trainer does not push on every save: the
-    script uploads the finished folder once, at the end (`hf_simple_attn.training.hub`). The repository is created now,
+    script uploads the finished folder once, at the end (`hf_simple_attn.recipes.hub`). The repository is created now,
     before any training: one that cannot be created stops the script at once."""
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
     if push_to_hub:
@@ -269,7 +269,7 @@ class AttentionArguments:
     )
 
 
-# A model trained from scratch is of the `small` size (hf_simple_attn.training.sizes) by default.
+# A model trained from scratch is of the `small` size (hf_simple_attn.recipes.sizes) by default.
 DEFAULT_SIZE = SIZES["small"]
 
 

@@ -1,6 +1,6 @@
 """Turn a pretrained BERT or Marian checkpoint into a model with any attention layout, in one call.
 
-    from hf_simple_attn.training.convert import convert_bert_checkpoint, convert_marian_checkpoint
+    from hf_simple_attn.recipes.convert import convert_bert_checkpoint, convert_marian_checkpoint
 
     # Every head a band-6 local head; layers 1-10 of 12 share their query/key weights (all but
     # the last two), seeded by layer 1's pretrained ones:
