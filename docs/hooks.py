@@ -6,7 +6,8 @@ files at every build, so that no page holds a hand-copied copy of them.
 - `<!-- presets:family:KIND -->`: the presets that use attention family KIND anywhere in their layout;
 - `<!-- families:table -->`: every registered attention family (`attention_registry.ATTENTION_FAMILIES`) with the
   sites, projections, options and paper its class declares, and its page: the one in `docs/families/` whose markers
-  name its kind;
+  name its kind; `<!-- families:summary -->`: what each family's head computes (its class's `summary`), for the
+  home page (the README holds the same table, which a test compares);
 - `<!-- bibtex:KIND -->`: the BibTeX of family KIND's paper, its class's `citation` (the model cards cite the same);
 - `<!-- benchmark:FILE.json -->`: the tables and target checks that `benchmarks/summarize.py` prints for
   `benchmarks/results/FILE.json`;
@@ -207,10 +208,14 @@ def family_pages(folder: Path = REPO / "docs" / "families") -> dict[str, str]:
 
 
 def families_marker(name: str) -> str:
-    """The families table, for `docs/families/index.md` (its links are relative to that folder)."""
+    """`table`: the families table, for `docs/families/index.md` (its links are relative to that folder);
+    `summary`: what each family's head computes, for the home page."""
+    from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES
+
+    if name == "summary":
+        return families_summary(ATTENTION_FAMILIES, "families/")
     if name != "table":
         raise ValueError(f"unknown families marker {name!r}")
-    from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES
 
     pages = family_pages()
     lines = [
@@ -225,6 +230,19 @@ def families_marker(name: str) -> str:
             f"{', '.join(f'`{site}`' for site in family.sites)} | {'yes' if family.uses_query_key else 'no'} | "
             f"{options} | {cell(family.paper)} |"
         )
+    return "\n".join(lines)
+
+
+def families_summary(families: dict, link_prefix: str) -> str:
+    """What each family's head computes (its class's `summary`), the baseline `dot` last; the README holds the same
+    table with `link_prefix="docs/families/"`, which a test compares."""
+    pages = family_pages()
+    lines = ["| family (`kind`) | what a head computes | sites | paper |", "|---|---|---|---|"]
+    for kind, family in sorted(families.items(), key=lambda item: item[0] == "dot"):
+        name = f"[`{kind}`]({link_prefix}{pages[kind]})" if kind in pages else f"`{kind}`"
+        sites = "all" if len(family.sites) == 3 else " / ".join(site.replace("_", " ") for site in family.sites)
+        paper = re.match(r".*?\d{4}", family.paper)
+        lines.append(f"| {name} | {family.summary} | {sites} | {paper.group(0) if paper else family.paper} |")
     return "\n".join(lines)
 
 

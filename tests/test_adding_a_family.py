@@ -36,6 +36,7 @@ FAMILY_FILES = {
     "hf_simple_attn/modeling/attention_registry.py",
     "docs/families/<name>.md",
     "tests/test_attention_<name>.py",
+    "README.md",
 }
 # The code that serves every family alike: it may name a family only through the registry.
 SHARED_CODE = [
@@ -147,3 +148,10 @@ def test_the_contract_tests_cover_a_registered_family():
     assert completed.returncode == 0, completed.stdout[-4000:]
     passed = int(re.search(r"(\d+) passed", completed.stdout).group(1))
     assert passed >= 2 * len(SITES), completed.stdout[-4000:]
+
+
+def test_the_readme_families_table_is_the_registry_s(hooks):
+    """The README (not built by mkdocs) holds the table the home page's `<!-- families:summary -->` generates."""
+    table = hooks.families_summary(PACKAGE_FAMILIES, "docs/families/")
+    assert table in (REPO / "README.md").read_text(encoding="utf-8"), f"README.md's families table is:\n{table}"
+    assert all(family.summary for family in PACKAGE_FAMILIES.values())

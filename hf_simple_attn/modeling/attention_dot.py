@@ -12,6 +12,7 @@ class DotProductHeads(AttentionHeads):
     `attn_implementation` is "eager"."""
 
     kind = "dot"
+    summary = "standard scaled dot-product attention (the baseline), numerically Marian's and BERT's"
     paper = "Vaswani et al. 2017, Attention Is All You Need"
 
     uses_query_key = True

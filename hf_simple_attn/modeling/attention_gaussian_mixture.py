@@ -193,6 +193,7 @@ class GaussianMixtureHeads(AttentionHeads):
     """
 
     kind = "gaussian_mixture"
+    summary = "dot-product attention gated with a K-component Gaussian mixture over source positions"
     paper = (
         "Zhang and Feng 2021, Modeling Concentrated Cross-Attention for Neural Machine Translation with Gaussian "
         "Mixture Model"

@@ -130,6 +130,7 @@ class HardCodedGaussianHeads(AttentionHeads):
     """Fixed Gaussian weights N(j; c(i) + offset_h, σ) per head over the values; no learned scores."""
 
     kind = "hard_coded"
+    summary = "fixed Gaussian weights around `i + offset`; no query or key"
     paper = "You, Sun and Iyyer 2020, Hard-Coded Gaussian Attention for Neural Machine Translation"
     citation = """@inproceedings{you-etal-2020-hard,
   title = {Hard-Coded {G}aussian Attention for Neural Machine Translation},

@@ -118,6 +118,7 @@ class HardRetrievalHeads(AttentionHeads):
     """One-hot attention: sampled from softmax(QKᵀ/√d) in training, argmax of QKᵀ at inference."""
 
     kind = "hard_retrieval"
+    summary = "one key per query and head: sampled in training, arg-max at inference"
     paper = "Xu, Liu, van Genabith and Xiong 2021, Learning Hard Retrieval Decoder Attention for Transformers"
     citation = """@inproceedings{xu-etal-2021-learning-hard-retrieval,
   title = {Learning Hard Retrieval Decoder Attention for Transformers},

@@ -206,7 +206,7 @@ class AttentionStackState(nn.Module):
 class AttentionHeads(nn.Module):
     """Base class of a family: computes the outputs of one group of heads.
 
-    Subclasses declare what the family is (`kind`, `paper`, `citation`, `limitations`) and what it needs (`sites`,
+    Subclasses declare what the family is (`kind`, `summary`, `paper`, `citation`, `limitations`) and what it needs (`sites`,
     `uses_query_key`, `option_names`), and implement `normalize_spec` and `forward`; the other methods have defaults
     that fit a family without stack state, cached decoding state, raw parameters or a separate fast path.
     `HeadGroups` is the only builder of groups.
@@ -218,6 +218,8 @@ class AttentionHeads(nn.Module):
 
     # The name layouts give the family (`attention_registry.register_attention` files it under this name).
     kind: str = ""
+    # What one head computes, a line for the families tables of the README and the docs' home page.
+    summary: str = ""
     # The paper it comes from, as the preset catalogue and the docs name it, and its BibTeX, which the model cards
     # and the family's docs page cite ("" for none).
     paper: str = ""

@@ -193,6 +193,7 @@ class LocalMaskHeads(AttentionHeads):
     """Dot-product heads whose weights are cut to a fixed local pattern per head (Eq. 9)."""
 
     kind = "local"
+    summary = "dot-product heads cut to a fixed mask (`prev-k`, `next-k`, `band-k`, `identity`)"
     paper = (
         "Pande, Budhraja, Nema, Kumar and Khapra 2020, On the Importance of Local Information in Transformer Based "
         "Models"

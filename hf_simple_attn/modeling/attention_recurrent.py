@@ -508,6 +508,7 @@ class RecurrentHeads(PositionLogitsHeads):
     """RAN heads: the logits come from the stack's `RecurrentAttentionState` (one A0, one transition)."""
 
     kind = "recurrent"
+    summary = "learned position-only logits, refined layer by layer (RAN)"
     paper = RAN_PAPER
     citation = RAN_BIBTEX
     limitations = "recurrent (RAN) heads learn weights per position, with no interaction between tokens"
@@ -657,6 +658,7 @@ class RandomSynthesizerHeads(PositionLogitsHeads):
     """Random Synthesizer heads: this layer's own learned logits (heads, M, M), no transition."""
 
     kind = "random_synthesizer"
+    summary = "one learned position-only matrix per layer (Synthesizer)"
     # The RAN paper's baseline: the cards cite the RAN paper.
     paper = "Tay et al. 2020, Synthesizer; the RAN paper's Syn-R baseline (" + RAN_PAPER + ")"
     citation = RAN_BIBTEX
