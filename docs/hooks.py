@@ -14,6 +14,10 @@ files at every build, so that no page holds a hand-copied copy of them.
 - `<!-- gpu:PRESET,PRESET -->`: those presets' row of `benchmarks/results/gpu.json` (the family pages), from
   `benchmarks/summarize.py`'s `gpu_presets`;
 - `<!-- reference:package -->`: the names `hf_simple_attn` exports (`__all__`), each linked to its reference entry;
+- `<!-- reference:families -->`: a reference entry (mkdocstrings) for each registered attention family's class, under
+  its kind, linked to its page; the families table links each class here;
+- `<!-- reference:cli -->`: the `hf-simple-attn` command, from its parser (`hf_simple_attn.cli.build_parser`): every
+  subcommand with its synopsis and a table of its arguments (values, defaults, help);
 - maths (`$...$` inline, `$$...$$` displayed; `pymdownx.arithmatex` in generic mode) is rendered to MathML here,
   by `latex2mathml`, so that the browser lays it out with no script, font or stylesheet from anywhere; a formula it
   cannot convert (or converts leaving a TeX command behind) fails the build;
@@ -26,6 +30,7 @@ An unknown marker fails the build. The studies' tables are not made here: `pytho
 writes them into the `<!-- study:NAME -->` blocks of `docs/studies/*.md`.
 """
 
+import argparse
 import contextlib
 import html
 import importlib.util
@@ -225,8 +230,9 @@ def families_marker(name: str) -> str:
     for kind, family in ATTENTION_FAMILIES.items():
         options = ", ".join(f"`{option}`" for option in family.option_names) or "none"
         name = f"[`{kind}`]({pages[kind]})" if kind in pages else f"`{kind}`"
+        entry = f"`{family.__module__.rsplit('.', 1)[-1]}.{family.__name__}`"
         lines.append(
-            f"| {name} | `{family.__module__.rsplit('.', 1)[-1]}.{family.__name__}` | "
+            f"| {name} | [{entry}][{family.__module__}.{family.__qualname__}] | "
             f"{', '.join(f'`{site}`' for site in family.sites)} | {'yes' if family.uses_query_key else 'no'} | "
             f"{options} | {cell(family.paper)} |"
         )
@@ -304,8 +310,14 @@ def gpu_marker(names: str) -> str:
 
 
 def reference_marker(name: str) -> str:
-    if name != "package":
+    generators = {"package": package_reference, "families": families_reference, "cli": cli_reference}
+    if name not in generators:
         raise ValueError(f"unknown reference marker {name!r}")
+    return generators[name]()
+
+
+def package_reference() -> str:
+    """The names `hf_simple_attn` exports, each linked to its reference entry."""
     import inspect
 
     import hf_simple_attn
@@ -324,6 +336,111 @@ def reference_marker(name: str) -> str:
                 if inspect.ismodule(m) and re.search(rf"^{export}\b[^=\n]*=", inspect.getsource(m), re.M)
             )
             lines.append(f"| `{export}` | a `{type(obj).__name__}` | `{module}` |")
+    return "\n".join(lines)
+
+
+def families_reference() -> str:
+    """A section per registered attention family, for `docs/reference/families.md`: its kind, its page and its
+    class's reference entry (mkdocstrings), in the registry's order."""
+    from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES
+
+    pages = family_pages()
+    parts = []
+    for kind, family in ATTENTION_FAMILIES.items():
+        page = (
+            f"[its page](../families/{pages[kind]})" if kind in pages else "[Attention families](../families/index.md)"
+        )
+        parts += [
+            f"## `{kind}`",
+            "",
+            f"Layouts name it `{kind}`; what it computes and its presets: {page}.",
+            "",
+            f"::: {family.__module__}.{family.__qualname__}",
+            "    options:",
+            "      heading_level: 3",
+            "",
+        ]
+    return "\n".join(parts)
+
+
+def cli_reference() -> str:
+    """`hf-simple-attn`'s reference, from its parser (`hf_simple_attn.cli.build_parser`): a section per subcommand,
+    with its synopsis and a table of its arguments (help, values, default)."""
+    from hf_simple_attn.cli import build_parser
+
+    parser = build_parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    command_help = {choice.dest: choice.help for choice in commands._choices_actions}
+    lines = [
+        parser.description,
+        "",
+        f"```text\n{synopsis(parser)}\n```",
+        "",
+        arguments_table(parser),
+        "",
+        "| command | what it does |",
+        "|---|---|",
+        *(f"| [`{name}`](#{name}) | {cell(command_help[name])} |" for name in commands.choices),
+    ]
+    for name, command in commands.choices.items():
+        summary = cell(command_help[name])
+        lines += [
+            "",
+            f"## `{name}` {{#{name}}}",
+            "",
+            f"{summary[:1].upper()}{summary[1:]}.",
+            "",
+            f"```text\n{synopsis(command)}\n```",
+            "",
+            arguments_table(command),
+        ]
+    return "\n".join(lines)
+
+
+def cli_arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The arguments a parser documents: positionals and options, not `--help` or the subcommands."""
+    return [
+        action
+        for action in parser._actions
+        if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+    ]
+
+
+def argument_name(action: argparse.Action) -> str:
+    return ", ".join(f"`{option}`" for option in action.option_strings) or f"`{action.dest.upper()}`"
+
+
+def synopsis(parser: argparse.ArgumentParser) -> str:
+    """`PROG POSITIONAL... --required VALUE... [options]`, shorter than argparse's usage (which lists choices)."""
+    words = [parser.prog]
+    for action in cli_arguments(parser):
+        if not action.option_strings:
+            words.append(action.dest.upper())
+        elif action.required:
+            words.append(f"{action.option_strings[0]} {action.dest.upper()}")
+    if any(action.option_strings and not action.required for action in cli_arguments(parser)):
+        words.append("[options]")
+    if any(isinstance(action, argparse._SubParsersAction) for action in parser._actions):
+        words.append("COMMAND ...")
+    return " ".join(words)
+
+
+def arguments_table(parser: argparse.ArgumentParser) -> str:
+    lines = ["| argument | value | default | what |", "|---|---|---|---|"]
+    for action in cli_arguments(parser):
+        if action.choices:
+            value = "one of " + ", ".join(f"`{choice}`" for choice in action.choices)
+        elif action.nargs == 0:
+            value = "none (a switch)"
+        else:
+            value = "text" if action.type in (None, str) else f"`{action.type.__name__}`"
+        if action.required or not action.option_strings:
+            default = "required"
+        elif action.default in (None, argparse.SUPPRESS) or action.nargs == 0:
+            default = ""
+        else:
+            default = f"`{action.default}`"
+        lines.append(f"| {argument_name(action)} | {value} | {default} | {cell(action.help or '')} |")
     return "\n".join(lines)
 
 

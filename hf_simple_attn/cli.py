@@ -177,14 +177,21 @@ def push(args: argparse.Namespace) -> None:
     print(f"pushed {args.run_dir} to {args.repo_id}: {url}")
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The `hf-simple-attn` parser, every subcommand and option (the docs' CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="hf-simple-attn", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     presets = commands.add_parser("presets", help="list the named attention configurations")
-    presets.add_argument("--kind", choices=sorted(PRESETS), default=None)
+    presets.add_argument(
+        "--kind", choices=sorted(PRESETS), default=None, help="only the seq2seq (Marian) or encoder (BERT) presets"
+    )
     show = commands.add_parser("describe", help="layout table and parameter count of a preset")
-    show.add_argument("preset", choices=list(dict.fromkeys(name for kind in PRESETS.values() for name in kind)))
+    show.add_argument(
+        "preset",
+        choices=list(dict.fromkeys(name for kind in PRESETS.values() for name in kind)),
+        help="a preset of either kind, as `presets` lists them",
+    )
     show.add_argument(
         "--model_kind",
         choices=sorted(PRESETS),
@@ -207,8 +214,12 @@ def main(argv=None) -> None:
         help='a data file as run_translation.py reads one: json/jsonl {"translation": {"en": ..., "de": ...}} rows, '
         "or csv/tsv with a column per language",
     )
-    checkpoint.add_argument("--source_lang", default="en")
-    checkpoint.add_argument("--target_lang", default="de")
+    checkpoint.add_argument(
+        "--source_lang", default="en", help="the source language's key (or column) in the test file"
+    )
+    checkpoint.add_argument(
+        "--target_lang", default="de", help="the target language's key (or column) in the test file"
+    )
     checkpoint.add_argument("--output_dir", default=None, help="for analysis.json and the PNGs (RUN_DIR/analysis)")
     checkpoint.add_argument("--max_sentences", type=int, default=100, help="test pairs the attention is analysed on")
     checkpoint.add_argument(
@@ -222,8 +233,10 @@ def main(argv=None) -> None:
     deploy.add_argument(
         "run_dir", help="a checkpoint folder (with its tokenizer): seq2seq (Marian), or encoder (BERT; ONNX only)"
     )
-    deploy.add_argument("out_dir")
-    deploy.add_argument("--format", choices=["onnx", "ctranslate2"], required=True)
+    deploy.add_argument("out_dir", help="the folder written (for ctranslate2 or int8: one that does not exist yet)")
+    deploy.add_argument(
+        "--format", choices=["onnx", "ctranslate2"], required=True, help="ONNX Runtime graphs or a CTranslate2 model"
+    )
     deploy.add_argument(
         "--quantization",
         choices=["int8"],
@@ -248,6 +261,11 @@ def main(argv=None) -> None:
     upload.add_argument("repo_id", help="the Hub repository, NAMESPACE/NAME (or NAME: the token's user)")
     upload.add_argument("--private", action="store_true", help="create the repository as private (if it is new)")
     upload.add_argument("--revision", default=None, help="the branch to commit to, created if missing (default main)")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "describe":
         model_kind = args.model_kind or ("seq2seq" if args.preset in PRESETS["seq2seq"] else "encoder")

@@ -1,5 +1,6 @@
 """Shared test settings: offline, one thread, tiny models."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -48,6 +49,17 @@ TINY_BERT = dict(
 )
 
 WORDS = "the a cat dog sat on mat house is big small red blue green tree car runs fast slow and".split()
+
+
+@pytest.fixture(scope="session")
+def hooks():
+    """`docs/hooks.py`, what the documentation generates at build time, as a module."""
+    spec = importlib.util.spec_from_file_location(
+        "docs_hooks", Path(__file__).resolve().parent.parent / "docs" / "hooks.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ docs page, and named by no other module of the package's shared code than their 
 """
 
 import importlib
-import importlib.util
 import inspect
 import os
 import re
@@ -56,14 +55,6 @@ def throwaway():
     register_attention(ThrowawayHeads)
     yield ThrowawayHeads
     del ATTENTION_FAMILIES[ThrowawayHeads.kind]
-
-
-@pytest.fixture(scope="module")
-def hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_page_lists_the_files_a_family_touches():
@@ -115,6 +106,11 @@ def test_layouts_and_presets_take_a_registered_family(throwaway):
 def test_the_docs_show_a_registered_family(throwaway, hooks, tmp_path):
     row = next(line for line in hooks.families_marker("table").splitlines() if "`throwaway`" in line)
     assert "ThrowawayHeads" in row and throwaway.paper in row and all(f"`{site}`" in row for site in SITES)
+    # Its class: a reference entry under its kind, which the table links to.
+    entry = f"{throwaway.__module__}.{throwaway.__qualname__}"
+    assert f"][{entry}]" in row
+    reference = hooks.reference_marker("families")
+    assert "## `throwaway`\n" in reference and f"\n::: {entry}\n" in reference
     assert throwaway.citation in hooks.bibtex_marker("throwaway")
     # Its page: linked from the table, and added to the navigation without an entry in mkdocs.yml.
     (tmp_path / "families").mkdir()

@@ -318,9 +318,9 @@ def script_parser(script: str) -> argparse.ArgumentParser:
 
 def cli_parser() -> argparse.ArgumentParser:
     if "hf-simple-attn" not in PARSERS:
-        from hf_simple_attn.cli import main
+        from hf_simple_attn.cli import build_parser
 
-        PARSERS["hf-simple-attn"] = capture_parser(lambda: main([]))
+        PARSERS["hf-simple-attn"] = build_parser()
     return PARSERS["hf-simple-attn"]
 
 
