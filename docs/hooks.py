@@ -341,10 +341,15 @@ def choosing_marker(names: str) -> str:
     cpu_file, cpu_size, cpu_batch, cpu_beams = CHOOSING_CPU_CELL
     cpu_data = json.loads((results / cpu_file).read_text(encoding="utf-8"))
     cpu_cell = next(
-        cell
-        for cell in cpu_data["cells"]
-        if (cell["size"], cell["batch_size"], cell["num_beams"]) == (cpu_size, cpu_batch, cpu_beams)
+        (
+            entry
+            for entry in cpu_data["cells"]
+            if (entry["size"], entry["batch_size"], entry["num_beams"]) == (cpu_size, cpu_batch, cpu_beams)
+        ),
+        None,
     )
+    if cpu_cell is None:
+        raise ValueError(f"benchmarks/results/{cpu_file} has no cell {cpu_size}, batch {cpu_batch}, beams {cpu_beams}")
     studies = {study_name: study_bleu_cells(study_name, names) for study_name in CHOOSING_STUDIES}
     presets, pages = presets_module().PRESETS["seq2seq"], family_pages()
     lines = [
