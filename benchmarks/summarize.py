@@ -275,10 +275,20 @@ def gpu(data: dict) -> list[str]:
     return lines + [""]
 
 
-def gpu_presets(data: dict, names: list[str]) -> list[str]:
-    """A short table of bench_gpu.py's results for `names` (the family pages): each figure as a ratio to `base`'s in
-    the same mode of the same run (eager to eager, compiled to compiled), `-` where not measured."""
-    device, settings = data["environment"]["device"], data["settings"]
+GPU_PRESET_COLUMNS = (
+    "training tokens/s, eager",
+    "compiled",
+    "tokens per batch",
+    "greedy, batch 64, eager",
+    "greedy, batch 64, compiled",
+    "beam 4, batch 64, eager",
+    "greedy, batch 1, eager",
+)
+
+
+def gpu_preset_cells(data: dict, names: list[str]) -> dict[str, dict[str, str]]:
+    """bench_gpu.py's results for `names`, each figure as a ratio to `base`'s in the same mode of the same run (eager
+    to eager, compiled to compiled), `-` where not measured: {name: {column of `GPU_PRESET_COLUMNS`: cell}}."""
     training, memory = data.get("training", {}).get("models", {}), data.get("memory", {}).get("models", {})
     compiled_training = data.get("compiled-training", {}).get("models", {})
     cells = {
@@ -294,19 +304,11 @@ def gpu_presets(data: dict, names: list[str]) -> list[str]:
     def decoding_cell(name: str, batch_size: int, num_beams: int, mode: str) -> str:
         return versus_base(cells.get((batch_size, num_beams), {}).get(name, {}).get(mode))
 
-    lines = [
-        f"{device['name']}, {settings['size']}, bf16; ratios to `base` in the same run and mode (eager to eager, "
-        "compiled to compiled; `-`: not measured):",
-        "",
-        "| model | training tokens/s, eager | compiled | tokens per batch | greedy, batch 64, eager | compiled "
-        "| beam 4, batch 64, eager | greedy, batch 1, eager |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = {}
     for name in names:
         compiled = compiled_training.get(name, {}).get("compiled") or training.get(name, {}).get("compiled")
         fit = memory.get(name, {})
-        row = [
-            f"`{name}`",
+        figures = [
             versus_base(training.get(name, {}).get("eager")),
             versus_base(compiled),
             f"{fit['vs_base']['tokens_per_batch_ratio']:.2f}×" if "vs_base" in fit else "-",
@@ -315,7 +317,23 @@ def gpu_presets(data: dict, names: list[str]) -> list[str]:
             decoding_cell(name, 64, 4, "eager"),
             decoding_cell(name, 1, 1, "eager"),
         ]
-        lines.append("| " + " | ".join(row) + " |")
+        rows[name] = dict(zip(GPU_PRESET_COLUMNS, figures))
+    return rows
+
+
+def gpu_presets(data: dict, names: list[str]) -> list[str]:
+    """A short table of bench_gpu.py's results for `names` (the family pages), from `gpu_preset_cells`."""
+    device, settings = data["environment"]["device"], data["settings"]
+    lines = [
+        f"{device['name']}, {settings['size']}, bf16; ratios to `base` in the same run and mode (eager to eager, "
+        "compiled to compiled; `-`: not measured):",
+        "",
+        "| model | training tokens/s, eager | compiled | tokens per batch | greedy, batch 64, eager | compiled "
+        "| beam 4, batch 64, eager | greedy, batch 1, eager |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in gpu_preset_cells(data, names).items():
+        lines.append("| " + " | ".join([f"`{name}`", *row.values()]) + " |")
     return lines
 
 

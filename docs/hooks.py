@@ -13,6 +13,10 @@ files at every build, so that no page holds a hand-copied copy of them.
   `benchmarks/results/FILE.json`;
 - `<!-- gpu:PRESET,PRESET -->`: those presets' row of `benchmarks/results/gpu.json` (the family pages), from
   `benchmarks/summarize.py`'s `gpu_presets`;
+- `<!-- choosing:PRESET,PRESET -->`: the "which family when" table (`docs/families/choosing.md`): per preset, its
+  GPU figures (`gpu_preset_cells` of `benchmarks/results/gpu.json`), its CPU decoding ratio
+  (`benchmarks/results/decoding_target.json`) and its test BLEU cells from the tables of the studies in
+  `CHOOSING_STUDIES` (`studies/summarize.py`'s `docs_block`, as the studies' pages show them), with the sources;
 - `<!-- reference:package -->`: the names `hf_simple_attn` exports (`__all__`), each linked to its reference entry;
 - `<!-- reference:families -->`: a reference entry (mkdocstrings) for each registered attention family's class, under
   its kind, linked to its page; the families table links each class here;
@@ -45,7 +49,7 @@ from mkdocs.structure.files import File, Files
 
 
 REPO = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|reference):([A-Za-z0-9_.:,\-]+) -->")
+MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|choosing|reference):([A-Za-z0-9_.:,\-]+) -->")
 SITE_LABELS = {"encoder_self": "encoder self", "decoder_self": "decoder self", "cross": "cross"}
 FAMILIES_SECTION = "Attention families"
 
@@ -306,6 +310,124 @@ def gpu_marker(names: str) -> str:
     return source + intro + '\n\n<div class="results" markdown="1">\n\n' + "\n".join(table) + "\n\n</div>"
 
 
+# --- which family when ----------------------------------------------------------------------------------------
+
+# The committed results the "which family when" table reads: the CPU decoding cell (file, size, batch, beams) and the
+# studies whose test BLEU it shows, each the table of `python studies/summarize.py STUDY`.
+CHOOSING_CPU_CELL = ("decoding_target.json", "opus-mt", 64, 1)
+CHOOSING_STUDIES = ("mt-headline-long", "mt-headline")
+
+
+def studies_summarize():
+    spec = importlib.util.spec_from_file_location("studies_summarize", REPO / "studies" / "summarize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_rows(table: str) -> dict[str, dict[str, str]]:
+    """{first cell: {column: cell}} of a markdown table."""
+    header, _, *lines = table.strip().splitlines()
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    rows = {}
+    for line in lines:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(columns, cells))
+    return rows
+
+
+def study_bleu_cells(study_name: str, names: list[str]) -> tuple[dict, str, dict[str, str]]:
+    """The study's training arguments, its docs page, and per preset its test BLEU (mean ± std over seeds), its
+    difference from `base` (paired by seed) and its number of seeds, as the study's own table shows them."""
+    from hf_simple_attn.studies.runner import load_study
+
+    study, script = load_study(REPO / "studies" / f"{study_name}.json"), studies_summarize()
+    rows = table_rows(script.docs_block(study).split("\n\n", 1)[0])  # the table, not the chart below it
+    missing = [name for name in names if name not in rows]
+    if missing:
+        raise ValueError(f"not in the results of study {study_name}: {missing}")
+    cells = {}
+    for name in names:
+        row, seeds = rows[name], len(rows[name]["seeds"].split(","))
+        difference = "" if row["Δ vs base (bleu)"] == "-" else f", Δ {row['Δ vs base (bleu)']}"
+        cells[name] = f"{row['test bleu']}{difference}, {seeds} seed{'s' if seeds > 1 else ''}"
+    return study.arguments, script.docs_page(study, script.DOCS_DIR).name, cells
+
+
+def choosing_marker(names: str) -> str:
+    """The "which family when" table for `names` (links relative to docs/families/), and its sources."""
+    names = names.split(",")
+    summarize = benchmarks_summarize()
+    results = REPO / "benchmarks" / "results"
+    gpu_data = json.loads((results / "gpu.json").read_text(encoding="utf-8"))
+    gpu_cells = summarize.gpu_preset_cells(gpu_data, names)
+    memory = gpu_data["memory"]["models"]
+    cpu_file, cpu_size, cpu_batch, cpu_beams = CHOOSING_CPU_CELL
+    cpu_data = json.loads((results / cpu_file).read_text(encoding="utf-8"))
+    cpu_cell = next(
+        (
+            entry
+            for entry in cpu_data["cells"]
+            if (entry["size"], entry["batch_size"], entry["num_beams"]) == (cpu_size, cpu_batch, cpu_beams)
+        ),
+        None,
+    )
+    if cpu_cell is None:
+        raise ValueError(f"benchmarks/results/{cpu_file} has no cell {cpu_size}, batch {cpu_batch}, beams {cpu_beams}")
+    studies = {study_name: study_bleu_cells(study_name, names) for study_name in CHOOSING_STUDIES}
+    presets, pages = presets_module().PRESETS["seq2seq"], family_pages()
+    lines = [
+        "| preset | family | GPU training speed | GPU tokens per batch | GPU peak memory, training step "
+        "| GPU greedy decoding, batch 64 | CPU greedy decoding, batch 64 | "
+        + " | ".join(
+            f"test BLEU, {arguments['max_steps']:,} steps ([{name}](../studies/{page}))"
+            for name, (arguments, page, _) in studies.items()
+        )
+        + " |",
+        "|---" * (7 + len(studies)) + "|",
+    ]
+    for name in names:
+        kinds = families_of(presets[name]["layout"]) or ["dot"]
+        family = ", ".join(f"[`{kind}`]({pages[kind]})" if kind in pages else f"`{kind}`" for kind in kinds)
+        peak = memory.get(name, {}).get("peak_bytes")
+        cpu_entry = cpu_cell["models"].get(name)
+        row = [
+            f"`{name}`",
+            family,
+            gpu_cells[name]["training tokens/s, eager"],
+            gpu_cells[name]["tokens per batch"],
+            f"{peak / 2**30:.2f} GiB" if peak else "-",
+            gpu_cells[name]["greedy, batch 64, eager"],
+            summarize.ratio(cpu_entry["speedup_vs_base"]) if cpu_entry else "-",
+            *(cells[name] for _, _, cells in studies.values()),
+        ]
+        lines.append("| " + " | ".join(cell(text) for text in row) + " |")
+    gpu_settings, device = gpu_data["settings"], gpu_data["environment"]["device"]
+    cpu_settings, cpu_environment = cpu_data["settings"], cpu_data["environment"]
+    sources = [
+        f"- GPU columns: `benchmarks/results/gpu.json` ({gpu_data['environment']['date'][:10]}, {device['name']}, "
+        f"size {gpu_settings['size']}, bf16, eager): ratios of medians to `base` in the same run; training speed in "
+        f"target tokens/s at {gpu_settings['batch_size']} sentences of {gpu_settings['source_length']}"
+        f"+{gpu_settings['target_length']} tokens, whose peak memory is the memory column; tokens per batch: the "
+        f"largest training batch that fits in {gpu_settings['memory_cap_gib']:g} GiB; decoding: "
+        f"{gpu_settings['new_tokens']} new tokens.",
+        f"- CPU column: `benchmarks/results/{cpu_file}` ({cpu_environment['date'][:10]}, {cpu_environment['cpu_count']}"
+        f" × {cpu_environment['cpu']}, {cpu_environment['torch_threads']} threads, PyTorch eager, size {cpu_size}): "
+        f"sentences/s against `base`, median of {cpu_settings['repeats']} repeats (min-max of the paired ratios); "
+        "`-`: not measured.",
+        *(
+            f"- test BLEU, {arguments['max_steps']:,} steps: `studies/results/{name}/` (d_model {arguments['d_model']}, "
+            f"{arguments['encoder_layers']} + {arguments['decoder_layers']} layers, dataset `{arguments['dataset_name']}`"
+            + (f" `{arguments['dataset_config_name']}`" if "dataset_config_name" in arguments else "")
+            + f", batches of {arguments['per_device_train_batch_size']} sentences, beam {arguments['num_beams']}): "
+            "mean ± std over seeds; Δ: the mean difference from `base` at the same seed."
+            for name, (arguments, _, _) in studies.items()
+        ),
+    ]
+    table = "\n".join(lines)
+    return f'<div class="results" markdown="1">\n\n{table}\n\n</div>\n\n' + "\n".join(sources)
+
+
 # --- the API reference --------------------------------------------------------------------------------------------
 
 
@@ -450,5 +572,6 @@ GENERATORS = {
     "bibtex": bibtex_marker,
     "benchmark": benchmark_marker,
     "gpu": gpu_marker,
+    "choosing": choosing_marker,
     "reference": reference_marker,
 }
