@@ -1,7 +1,7 @@
 """The package laid out by concern: what its top level holds, which subpackage imports which, what setuptools ships.
 
 `modeling` travels with every checkpoint (copied next to the weights for `trust_remote_code`), so it imports
-nothing of ours outside itself; `data` and `metrics` stand alone; `training` and `deploy` build on `modeling` and
+nothing of ours outside itself; `data` and `metrics` stand alone; `recipes` and `deploy` build on `modeling` and
 never import `studies`. Checked on the source of every module, lazy imports inside functions included.
 """
 
@@ -21,9 +21,9 @@ ALLOWED_IMPORTS = {
     "modeling": set(),
     "data": set(),
     "metrics": set(),
-    "training": {"modeling", "data", "metrics"},
-    "deploy": {"modeling", "data", "metrics", "training"},
-    "studies": {"modeling", "data", "metrics", "training", "deploy"},
+    "recipes": {"modeling", "data", "metrics"},
+    "deploy": {"modeling", "data", "metrics", "recipes"},
+    "studies": {"modeling", "data", "metrics", "recipes", "deploy"},
 }
 # What a checkpoint's copy of `modeling` may import besides the standard library: transformers and what it needs.
 MODELING_DEPENDENCIES = {"torch", "transformers", "huggingface_hub"}
