@@ -26,9 +26,9 @@ from transformers import (
 
 from hf_simple_attn import SimpleAttnBertForSequenceClassification, SimpleAttnMarianMTModel
 from hf_simple_attn.cli import main as cli
-from hf_simple_attn.recipes import distill
+from hf_simple_attn.deploy import distill
+from hf_simple_attn.deploy.distill import DistillationArguments, distill_training_split, distill_translations
 from hf_simple_attn.recipes.arguments import ModelArguments
-from hf_simple_attn.recipes.distill import DistillationArguments, distill_training_split, distill_translations
 from hf_simple_attn.recipes.model_card import attention_kinds
 from hf_simple_attn.recipes.translation_task import DataTrainingArguments
 from hf_simple_attn.studies.runner import Run, check_script_options, command_for, load_study

@@ -37,6 +37,7 @@ import numpy as np
 from transformers import DataCollatorForSeq2Seq, SchedulerType, Seq2SeqTrainingArguments, set_seed
 
 import hf_simple_attn  # noqa: F401  (registers the model classes for saving with their code)
+from hf_simple_attn.deploy.distill import DistillationArguments, distill_training_split, distillation_summary
 from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelArguments,
@@ -48,7 +49,6 @@ from hf_simple_attn.recipes.arguments import (
     setup_logging,
     show_progress,
 )
-from hf_simple_attn.recipes.distill import DistillationArguments, distill_training_split, distillation_summary
 from hf_simple_attn.recipes.hub import publish_checkpoint
 from hf_simple_attn.recipes.model_setup import check_trained_from_scratch
 from hf_simple_attn.recipes.run_steps import decode_token_ids, select_splits, train

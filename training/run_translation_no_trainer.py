@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, get_scheduler
 from transformers.utils import CONFIG_NAME
 
+from hf_simple_attn.deploy.distill import DistillationArguments, distill_training_split, distillation_summary
 from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelArguments,
@@ -52,7 +53,6 @@ from hf_simple_attn.recipes.arguments import (
     check_no_trained_model,
     parse_script_arguments,
 )
-from hf_simple_attn.recipes.distill import DistillationArguments, distill_training_split, distillation_summary
 from hf_simple_attn.recipes.hub import prepare_push, publish_checkpoint
 from hf_simple_attn.recipes.run_steps import select_split
 from hf_simple_attn.recipes.translation_task import (

@@ -37,6 +37,12 @@ The report (logged, and returned with `output_loading_info=True`) lists `copied`
 initialised, including shape mismatches), `mismatched` (name found but shape differs) and
 `dropped` (checkpoint tensors whose values the new model does not hold) parameter names.
 
+A checkpoint of the package's own (any layout) converts the same way, as its own class. The
+converted model decodes as the source did (its generation config is copied).
+`save_converted_checkpoint` (the command `hf-simple-attn convert MODEL --preset NAME OUTPUT_DIR`)
+converts a folder or Hub name by its `model_type` and saves the model with its code, the source's
+tokenizer and a model card naming the source and summarising the report (`conversion_summary`).
+
 This module is not part of the code shipped with saved checkpoints, so it may import anything.
 """
 
@@ -78,7 +84,7 @@ BERT_TARGETS = {
 MARIAN_TARGETS = {"MarianModel": SimpleAttnMarianModel, "MarianMTModel": SimpleAttnMarianMTModel}
 # The package's own classes, by name: a saved checkpoint of any layout converts to another one as its own class.
 OWN_CLASSES = {cls.__name__: cls for cls in (*BERT_TARGETS.values(), *MARIAN_TARGETS.values())}
-# A checkpoint's `model_type` -> the kind of model it converts to (`convert_pretrained`).
+# A checkpoint's `model_type` -> the kind of model it converts to (`checkpoint_kind`).
 CONVERTIBLE_MODEL_TYPES = {
     "marian": "seq2seq",
     SimpleAttnMarianConfig.model_type: "seq2seq",
@@ -95,7 +101,7 @@ TASK_OF_CLASS = {
     SimpleAttnBertForTokenClassification: "token-classification",
 }
 # An index inside a parameter name (`model.encoder.layers.3.self_attn...`), for `parameter_groups`.
-LAYER_INDEX = re.compile(r"\.\d+\.")
+NAME_INDEX = re.compile(r"\.\d+\.")
 
 # Config entries that describe the source model, not the converted one.
 SOURCE_ONLY_CONFIG_KEYS = ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")
@@ -299,7 +305,7 @@ def parameter_groups(names: list[str]) -> list[tuple[str, int]]:
     """Parameter names grouped by module across layers (`model.decoder.layers.*.encoder_attn.mu_ffn.hidden` for its
     weights and biases in every layer), with the number of tensors of each group, in order of first appearance: what
     a card lists instead of every name."""
-    return list(Counter(LAYER_INDEX.sub(".*.", name.rpartition(".")[0] or name) for name in names).items())
+    return list(Counter(NAME_INDEX.sub(".*.", name.rpartition(".")[0] or name) for name in names).items())
 
 
 def conversion_summary(info: dict[str, list[str]], source_class: str) -> dict:

@@ -52,8 +52,9 @@ from transformers.utils import CONFIG_NAME, cached_file
 from ..modeling.configuration_simple_attn import SimpleAttnMarianConfig
 from ..modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
 from ..modeling.pipeline_translation import recorded_languages
-from .model_setup import load_pretrained_tokenizer
-from .translation_task import DataTrainingArguments, source_and_target_texts
+from ..recipes.convert import convert_marian_checkpoint
+from ..recipes.model_setup import load_pretrained_tokenizer
+from ..recipes.translation_task import DataTrainingArguments, source_and_target_texts
 
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class DistillationArguments:
             "help": "A teacher (Hub name or folder of a seq2seq checkpoint) whose translations of the training "
             "sources replace the training targets; validation and test keep their references. Its languages (and, "
             "for a student with a pretrained tokenizer, its vocabulary) must be the run's. Cached on disk and "
-            "resumed (hf_simple_attn.recipes.distill)."
+            "resumed (hf_simple_attn.deploy.distill)."
         },
     )
     distill_num_beams: int = field(default=4, metadata={"help": "Beams of the teacher's beam search."})
@@ -273,8 +274,7 @@ def load_teacher(teacher: str, engine: str, requested: str, work_dir: str, load_
     of an `auto` choice fails)."""
     model = AutoModelForSeq2SeqLM.from_pretrained(teacher, **load_kwargs).eval()
     if engine == "onnx":
-        from ..deploy.export import OnnxSeq2SeqModel, export_onnx
-        from .convert import convert_marian_checkpoint
+        from .export import OnnxSeq2SeqModel, export_onnx  # needs onnx, an optional dependency (the `export` extra)
 
         if not isinstance(model, SimpleAttnMarianMTModel):
             model = convert_marian_checkpoint(model)  # the `base` layout: Marian's own computation
