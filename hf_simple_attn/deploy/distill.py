@@ -27,10 +27,10 @@ the CPU (Marian and hf_simple_attn seq2seq teachers; a Marian one is exported as
 what Marian computes). `auto` (the default) takes PyTorch on a GPU; on a CPU it takes ONNX when onnxruntime and
 onnxscript are installed, the teacher is of a kind that exports and at least `ONNX_MIN_SENTENCES` sentences remain
 to translate, else PyTorch. (At opus-mt size on 2 cores, ONNX decodes batches of 64 by beam search of 4 about 1.6×
-as fast as PyTorch, `benchmarks/results/deployment_engine.json` against `deployment.json`'s `base/eager`, and the
-export took 85 s, which about 1,700 sentences repay.) An export that fails under `auto` falls back
-to PyTorch with a warning. The engine is not part of the cache's key: both run the same beam search on the same
-logits, up to floating-point rounding, and the manifest lists the engines that wrote its shards.
+as fast as PyTorch, `benchmarks/results/deployment_engine.json` against `deployment.json`'s `base/eager`; the export
+took 85 s on a busy machine, which about 1,700 sentences repay.) An export that fails under `auto` falls back to
+PyTorch with a warning. The engine is not part of the cache's key: both run the same beam search on the same logits,
+up to floating-point rounding, and the manifest lists the engines that wrote its shards.
 """
 
 import hashlib
