@@ -123,22 +123,13 @@ def test_convert_a_bert_checkpoint_to_an_encoder_preset(tmp_path, capsys):
     card = ModelCard.load(output_dir / "README.md")
     assert card.data.pipeline_tag == "fill-mask" and 'pipeline("fill-mask"' in card.text
 
-    classifier_class = "SimpleAttnBertForSequenceClassification"
-    cli(
-        [
-            "convert",
-            str(tmp_path / "bert"),
-            str(tmp_path / "classifier"),
-            "--preset",
-            "band2",
-            "--model_class",
-            classifier_class,
-        ]
-    )
+    options = ["--preset", "band2", "--model_class", "SimpleAttnBertForSequenceClassification"]
+    cli(["convert", str(tmp_path / "bert"), str(tmp_path / "classifier"), *options])
     classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "classifier")
     assert type(classifier) is SimpleAttnBertForSequenceClassification
     text = (tmp_path / "classifier" / "README.md").read_text(encoding="utf-8")
-    assert "- `classifier` (2)" in text and "- `cls.predictions.transform.dense` (2)" in text
+    new, dropped = text.split("Newly initialised, by module")[1].split("Dropped from the source, by module:")
+    assert "- `classifier` (2)" in new and "- `cls.predictions.transform.dense` (2)" in dropped
     inputs = AutoTokenizer.from_pretrained(tmp_path / "classifier")(["a good film"], return_tensors="pt")
     assert classifier(**inputs).logits.shape == (1, 2)
 
