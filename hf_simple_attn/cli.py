@@ -9,6 +9,7 @@ hf-simple-attn export runs/hc-sa runs/hc-sa-onnx-int8 --format onnx --quantizati
 hf-simple-attn export runs/base runs/base-ct2 --format ctranslate2 --quantization int8   # the base layout only
 hf-simple-attn shortlist runs/hc-sa --dataset_name embedded --top_k 50 --frequent 100  # vocabulary shortlist
 hf-simple-attn push runs/hc-sa you/hc-sa-en-de [--private] [--revision BRANCH]  # the files --push_to_hub pushes
+hf-simple-attn convert Helsinki-NLP/opus-mt-en-de --preset hc-sa opus-hc-sa  # a pretrained checkpoint, new layout
 """
 
 import argparse
@@ -177,6 +178,27 @@ def push(args: argparse.Namespace) -> None:
     print(f"pushed {args.run_dir} to {args.repo_id}: {url}")
 
 
+def convert(args: argparse.Namespace) -> None:
+    """A pretrained Marian or BERT checkpoint (or one of the package's) in another attention layout, saved with its
+    tokenizer and a card that names the source and what was copied, newly initialised and dropped."""
+    from .recipes.arguments import parse_attention_layout
+    from .recipes.convert import OWN_CLASSES, save_converted_checkpoint
+
+    if args.model_class not in (None, *OWN_CLASSES):
+        raise ValueError(f"--model_class: expected one of {sorted(OWN_CLASSES)}, got {args.model_class!r}")
+    info = save_converted_checkpoint(
+        args.model,
+        args.output_dir,
+        preset=args.preset,
+        attention_layout=parse_attention_layout(args.attention_layout),
+        model_class=OWN_CLASSES.get(args.model_class),
+        tokenizer_name=args.tokenizer_name,
+        overwrite_output_dir=args.overwrite_output_dir,
+    )
+    counts = ", ".join(f"{len(names)} {kind}" for kind, names in info.items())
+    print(f"converted {args.model} to {args.output_dir} (tensors: {counts}; see its README.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `hf-simple-attn` parser, every subcommand and option (the docs' CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="hf-simple-attn", description=__doc__.splitlines()[0])
@@ -261,6 +283,29 @@ def build_parser() -> argparse.ArgumentParser:
     upload.add_argument("repo_id", help="the Hub repository, NAMESPACE/NAME (or NAME: the token's user)")
     upload.add_argument("--private", action="store_true", help="create the repository as private (if it is new)")
     upload.add_argument("--revision", default=None, help="the branch to commit to, created if missing (default main)")
+    conversion = commands.add_parser(
+        "convert",
+        help="a pretrained Marian or BERT checkpoint (or one of ours) in another attention layout, saved with its "
+        "tokenizer and a model card",
+    )
+    conversion.add_argument("model", help="a Hub name or a local folder: Marian, BERT or an hf_simple_attn checkpoint")
+    conversion.add_argument("output_dir", help="where the converted checkpoint is saved (a new or empty folder)")
+    conversion.add_argument(
+        "--preset", default=None, help="the attention preset (`hf-simple-attn presets`; default: base)"
+    )
+    conversion.add_argument(
+        "--attention_layout", default=None, help="a layout as JSON or a .json file; with --preset, replaces its sites"
+    )
+    conversion.add_argument(
+        "--model_class",
+        default=None,
+        help="the class to convert to, e.g. SimpleAttnBertForSequenceClassification (default: the source's "
+        "counterpart, from its config's architectures)",
+    )
+    conversion.add_argument("--tokenizer_name", default=None, help="the tokenizer to save, if not the model's")
+    conversion.add_argument(
+        "--overwrite_output_dir", action="store_true", help="write into a non-empty OUTPUT_DIR (same names replaced)"
+    )
     return parser
 
 
@@ -281,7 +326,14 @@ def main(argv=None) -> None:
         else:
             # The commands that read a checkpoint or data: bad input is a command-line error, not a traceback.
             try:
-                {"export": export, "shortlist": shortlist, "analyze": analyze, "push": push}[args.command](args)
+                runners = {
+                    "export": export,
+                    "shortlist": shortlist,
+                    "analyze": analyze,
+                    "push": push,
+                    "convert": convert,
+                }
+                runners[args.command](args)
             except (ValueError, FileExistsError) as error:
                 parser.exit(2, f"hf-simple-attn {args.command}: error: {error}\n")
         sys.stdout.flush()

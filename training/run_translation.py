@@ -37,6 +37,7 @@ import numpy as np
 from transformers import DataCollatorForSeq2Seq, SchedulerType, Seq2SeqTrainingArguments, set_seed
 
 import hf_simple_attn  # noqa: F401  (registers the model classes for saving with their code)
+from hf_simple_attn.deploy.distill import DistillationArguments, distill_training_split, distillation_summary
 from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelArguments,
@@ -72,6 +73,7 @@ logger = logging.getLogger(__name__)
 SCRIPT_ARGUMENTS = (
     ModelArguments,
     DataTrainingArguments,
+    DistillationArguments,
     AttentionArguments,
     ModelSizeArguments,
     Seq2SeqTrainingArguments,
@@ -80,7 +82,9 @@ SCRIPT_ARGUMENTS = (
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the script on `argv` (default: the command line); returns every metric it wrote."""
-    model_args, data_args, attention_args, size_args, training_args = parse_script_arguments(SCRIPT_ARGUMENTS, argv)
+    model_args, data_args, distill_args, attention_args, size_args, training_args = parse_script_arguments(
+        SCRIPT_ARGUMENTS, argv
+    )
     # The Hub token stays in this variable: training_args is saved with the model and every checkpoint.
     hub_token, training_args.hub_token = training_args.hub_token, None
     setup_logging(logger, training_args)
@@ -96,6 +100,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     raw_splits = select_splits(load_raw_datasets(data_args, model_args), data_args, training_args)
     check_trained_from_scratch(model_args, training_args.do_train)
+    if distill_args.distill_from is not None and raw_splits["train"] is not None:
+        with training_args.main_process_first(desc="translating the training sources with the teacher"):
+            raw_splits["train"] = distill_training_split(
+                raw_splits["train"], distill_args, data_args, model_args, show_progress(training_args)
+            )
     tokenizer = tokenizer_for_run(
         model_args, size_args, data_args, raw_splits["train"], checkpoint, show_progress(training_args)
     )
@@ -126,7 +135,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if training_args.do_predict:
         all_metrics.update(predict(trainer, data_args, scorer, raw_splits["test"], tokenized["test"]))
     if training_args.do_train and trainer.is_world_process_zero():
-        publish(trainer, model_args, data_args, attention_args, scorer, all_metrics, push_to_hub, hub_token)
+        summary = training_summary(trainer, data_args, model_args, attention_args, scorer)
+        summary.update(distillation_summary(distill_args))
+        publish(trainer, model_args, data_args, summary, all_metrics, push_to_hub, hub_token)
     return all_metrics
 
 
@@ -214,8 +225,9 @@ def predict(trainer, data_args: DataTrainingArguments, scorer: TranslationScorer
     return metrics
 
 
-def publish(trainer, model_args, data_args, attention_args, scorer, metrics: dict, push_to_hub: bool, hub_token):
-    """The model card of the trained checkpoint, then (--push_to_hub) one upload of the finished folder."""
+def publish(trainer, model_args, data_args, summary: dict, metrics: dict, push_to_hub: bool, hub_token):
+    """The model card of the trained checkpoint (`summary`: its Training table), then (--push_to_hub) one upload of
+    the finished folder."""
     args = trainer.args
     publish_checkpoint(
         args.output_dir,
@@ -226,7 +238,7 @@ def publish(trainer, model_args, data_args, attention_args, scorer, metrics: dic
         metrics=metrics,
         language=[data_args.source_lang, data_args.target_lang],
         base_model=model_args.model_name_or_path,
-        training_summary=training_summary(trainer, data_args, model_args, attention_args, scorer),
+        training_summary=summary,
         push_to_hub=push_to_hub,
         hub_model_id=args.hub_model_id,
         hub_token=hub_token,

@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, get_scheduler
 from transformers.utils import CONFIG_NAME
 
+from hf_simple_attn.deploy.distill import DistillationArguments, distill_training_split, distillation_summary
 from hf_simple_attn.recipes.arguments import (
     AttentionArguments,
     ModelArguments,
@@ -183,12 +184,21 @@ def resume_position(checkpoint: str, steps_per_epoch: int) -> tuple[int, int, in
 
 
 # The option groups of the command line, in the order `main` receives them.
-SCRIPT_ARGUMENTS = (ModelArguments, DataTrainingArguments, AttentionArguments, ModelSizeArguments, LoopArguments)
+SCRIPT_ARGUMENTS = (
+    ModelArguments,
+    DataTrainingArguments,
+    DistillationArguments,
+    AttentionArguments,
+    ModelSizeArguments,
+    LoopArguments,
+)
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the script on `argv` (default: the command line); returns the metrics it wrote."""
-    model_args, data_args, attention_args, size_args, args = parse_script_arguments(SCRIPT_ARGUMENTS, argv)
+    model_args, data_args, distill_args, attention_args, size_args, args = parse_script_arguments(
+        SCRIPT_ARGUMENTS, argv
+    )
     # The Hub token stays in this variable, out of `args`, as in the Trainer scripts (which save their arguments).
     hub_token, args.hub_token = args.hub_token, None
     if args.resume_from_checkpoint is None:
@@ -200,6 +210,11 @@ def main(argv: list[str] | None = None) -> dict:
     accelerator = start_accelerator(args)
 
     train_raw, eval_raw, predict_raw = load_splits(data_args, model_args, args)
+    if distill_args.distill_from is not None:
+        with accelerator.main_process_first():
+            train_raw = distill_training_split(
+                train_raw, distill_args, data_args, model_args, accelerator.is_local_main_process
+            )
     tokenizer = tokenizer_for_run(
         model_args, size_args, data_args, train_raw, args.resume_from_checkpoint, accelerator.is_local_main_process
     )
@@ -232,6 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary = training_summary(
             accelerator, args, model_args, data_args, tokenizer, scorer, len(train_raw), completed_steps, train_runtime
         )
+        summary.update(distillation_summary(distill_args))
         # The plain model: the card names its class and counts its parameters.
         plain_model = accelerator.unwrap_model(model, keep_torch_compile=False)
         publish(plain_model, args, model_args, data_args, summary, all_results, hub_token)

@@ -19,6 +19,16 @@ import re
 from transformers import GenerationConfig, Pipeline
 
 
+def recorded_languages(config, tokenizer) -> tuple[str | None, str | None]:
+    """(source, target) languages of a translation model as its config or else its tokenizer records them
+    (`source_lang` / `target_lang`, as `MarianTokenizer` does); None where unknown."""
+    for owner in (config, tokenizer):
+        languages = getattr(owner, "source_lang", None), getattr(owner, "target_lang", None)
+        if languages != (None, None):
+            return languages
+    return None, None
+
+
 class Text2TextGenerationPipeline(Pipeline):
     """Generate text from text with any sequence-to-sequence model that `generate`s."""
 
@@ -114,11 +124,7 @@ class TranslationPipeline(Text2TextGenerationPipeline):
 
     def recorded_languages(self) -> tuple[str | None, str | None]:
         """(source, target) as the config or else the tokenizer records them; None where unknown."""
-        for owner in (self.model.config, self.tokenizer):
-            languages = getattr(owner, "source_lang", None), getattr(owner, "target_lang", None)
-            if languages != (None, None):
-                return languages
-        return None, None
+        return recorded_languages(self.model.config, self.tokenizer)
 
     def check_languages(self, source: str | None, target: str | None, task: str | None = None) -> None:
         """A `ValueError` unless each language given matches the one the model records: `src_lang` / `tgt_lang`

@@ -37,11 +37,21 @@ The report (logged, and returned with `output_loading_info=True`) lists `copied`
 initialised, including shape mismatches), `mismatched` (name found but shape differs) and
 `dropped` (checkpoint tensors whose values the new model does not hold) parameter names.
 
+A checkpoint of the package's own (any layout) converts the same way, as its own class. The
+converted model decodes as the source did (its generation config is copied).
+`save_converted_checkpoint` (the command `hf-simple-attn convert MODEL --preset NAME OUTPUT_DIR`)
+converts a folder or Hub name by its `model_type` and saves the model with its code, the source's
+tokenizer and a model card naming the source and summarising the report (`conversion_summary`).
+
 This module is not part of the code shipped with saved checkpoints, so it may import anything.
 """
 
+import copy
 import logging
 import os
+import re
+from collections import Counter
+from pathlib import Path
 
 import torch
 import transformers
@@ -56,6 +66,9 @@ from ..modeling.modeling_simple_attn_bert import (
     SimpleAttnBertModel,
 )
 from ..modeling.modeling_simple_attn_marian import SimpleAttnMarianModel, SimpleAttnMarianMTModel
+from ..modeling.pipeline_translation import recorded_languages
+from ..modeling.presets import get_preset
+from .model_card import write_model_card
 
 
 logger = logging.getLogger(__name__)
@@ -69,21 +82,45 @@ BERT_TARGETS = {
     "BertForTokenClassification": SimpleAttnBertForTokenClassification,
 }
 MARIAN_TARGETS = {"MarianModel": SimpleAttnMarianModel, "MarianMTModel": SimpleAttnMarianMTModel}
+# The package's own classes, by name: a saved checkpoint of any layout converts to another one as its own class.
+OWN_CLASSES = {cls.__name__: cls for cls in (*BERT_TARGETS.values(), *MARIAN_TARGETS.values())}
+# A checkpoint's `model_type` -> the kind of model it converts to (`checkpoint_kind`).
+CONVERTIBLE_MODEL_TYPES = {
+    "marian": "seq2seq",
+    SimpleAttnMarianConfig.model_type: "seq2seq",
+    "bert": "encoder",
+    SimpleAttnBertConfig.model_type: "encoder",
+}
+# The task a converted model does, by its class (the model card's pipeline tag and usage snippet).
+TASK_OF_CLASS = {
+    SimpleAttnMarianMTModel: "translation",
+    SimpleAttnMarianModel: "feature-extraction",
+    SimpleAttnBertModel: "feature-extraction",
+    SimpleAttnBertForMaskedLM: "fill-mask",
+    SimpleAttnBertForSequenceClassification: "text-classification",
+    SimpleAttnBertForTokenClassification: "token-classification",
+}
+# An index inside a parameter name (`model.encoder.layers.3.self_attn...`), for `parameter_groups`.
+NAME_INDEX = re.compile(r"\.\d+\.")
 
 # Config entries that describe the source model, not the converted one.
 SOURCE_ONLY_CONFIG_KEYS = ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")
 
 
 def load_source(path_or_model, targets: dict, fallback_architecture: str) -> nn.Module:
-    """The pretrained transformers model: given, or loaded as its own architecture (if convertible)."""
+    """The pretrained model: given, or loaded as its own architecture when convertible (a transformers class of
+    `targets` or one of the package's own classes), else as `fallback_architecture`."""
     if isinstance(path_or_model, nn.Module):
         return path_or_model
     if not isinstance(path_or_model, (str, os.PathLike)):
         raise TypeError(f"path_or_model: expected a folder, a Hub name or a model, got {type(path_or_model).__name__}")
     config = transformers.AutoConfig.from_pretrained(path_or_model)
-    architectures = [name for name in (config.architectures or []) if name in targets]
-    source_class = getattr(transformers, architectures[0] if architectures else fallback_architecture)
-    return source_class.from_pretrained(path_or_model)
+    for name in config.architectures or []:
+        if name in targets:
+            return getattr(transformers, name).from_pretrained(path_or_model)
+        if name in OWN_CLASSES:
+            return OWN_CLASSES[name].from_pretrained(path_or_model)
+    return getattr(transformers, fallback_architecture).from_pretrained(path_or_model)
 
 
 def build_config(config_class, source_config, preset, attention_layout, overrides: dict):
@@ -173,14 +210,20 @@ def convert_checkpoint(
     source = load_source(path_or_model, targets, fallback_architecture)
     source_kind = type(source).__name__
     if model_class is None:
-        if source_kind not in targets:
+        if source_kind in OWN_CLASSES:
+            model_class = OWN_CLASSES[source_kind]
+        elif source_kind in targets:
+            model_class = targets[source_kind]
+        else:
             raise ValueError(
                 f"model_class: no default target for a {source_kind}; pass one of "
                 f"{sorted({cls.__name__ for cls in targets.values()})}"
             )
-        model_class = targets[source_kind]
     config = build_config(config_class, source.config, preset, attention_layout, config_overrides)
     model = model_class(config)
+    if model.can_generate() and getattr(source, "generation_config", None) is not None:
+        # How the source decodes (Marian's beams, length limit, banned pad token) is how the converted model does.
+        model.generation_config = copy.deepcopy(source.generation_config)
     info = transfer_weights(source, model)
     log_report(info, model_class.__name__)
     model.eval()
@@ -242,4 +285,104 @@ def convert_marian_checkpoint(
     )
 
 
-__all__ = ["convert_bert_checkpoint", "convert_marian_checkpoint", "transfer_weights"]
+def checkpoint_kind(model_name_or_path: str) -> str:
+    """What the checkpoint (folder or Hub name) converts to, "seq2seq" or "encoder"; a ValueError for a model type
+    that cannot be converted."""
+    try:
+        model_type = transformers.AutoConfig.from_pretrained(model_name_or_path).model_type
+    except OSError as error:
+        raise ValueError(f"{model_name_or_path}: no checkpoint could be loaded ({error})") from None
+    if model_type not in CONVERTIBLE_MODEL_TYPES:
+        raise ValueError(
+            f"{model_name_or_path}: a {model_type!r} checkpoint cannot be converted; conversion takes Marian "
+            f"(marian), BERT (bert) and hf_simple_attn's own ({SimpleAttnMarianConfig.model_type}, "
+            f"{SimpleAttnBertConfig.model_type}) checkpoints"
+        )
+    return CONVERTIBLE_MODEL_TYPES[model_type]
+
+
+def parameter_groups(names: list[str]) -> list[tuple[str, int]]:
+    """Parameter names grouped by module across layers (`model.decoder.layers.*.encoder_attn.mu_ffn.hidden` for its
+    weights and biases in every layer), with the number of tensors of each group, in order of first appearance: what
+    a card lists instead of every name."""
+    return list(Counter(NAME_INDEX.sub(".*.", name.rpartition(".")[0] or name) for name in names).items())
+
+
+def conversion_summary(info: dict[str, list[str]], source_class: str) -> dict:
+    """What a model card says of a conversion (`write_model_card(..., conversion=...)`): the source's class, the
+    number of tensors copied, newly initialised, of another shape in the source and dropped, and the groups of the
+    new and the dropped tensors (`parameter_groups`)."""
+    return {
+        "source_class": source_class,
+        **{kind: len(names) for kind, names in info.items()},
+        "new_groups": parameter_groups(info["new"]),
+        "dropped_groups": parameter_groups(info["dropped"]),
+    }
+
+
+def save_converted_checkpoint(
+    model_name_or_path: str,
+    output_dir,
+    *,
+    preset: str | None = None,
+    attention_layout: dict | None = None,
+    model_class: type | None = None,
+    tokenizer_name: str | None = None,
+    overwrite_output_dir: bool = False,
+) -> dict[str, list[str]]:
+    """Convert a checkpoint (folder or Hub name: Marian, BERT, or the package's own) and save it in `output_dir`:
+    the model with its code (loads with the Auto classes and `trust_remote_code=True` where the package is not
+    installed), the source's tokenizer (or `tokenizer_name`'s) and a model card naming the source and what was
+    copied, newly initialised and dropped. The target class defaults to the source's counterpart
+    (`convert_marian_checkpoint`, `convert_bert_checkpoint`). A non-empty `output_dir` is refused unless
+    `overwrite_output_dir` (files of the same names are then replaced, others kept). Returns the loading report."""
+    output_dir = Path(output_dir)
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite_output_dir:
+        raise FileExistsError(
+            f"OUTPUT_DIR {output_dir} exists and is not empty; give a new folder, or pass --overwrite_output_dir to "
+            "write into it (files of the same names are replaced)"
+        )
+    kind = checkpoint_kind(model_name_or_path)
+    if preset is not None:
+        get_preset(preset, kind)
+    tokenizer_source = tokenizer_name or model_name_or_path
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_source)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"{tokenizer_source}: no tokenizer could be loaded ({error}); pass the one the model was trained with as "
+            "--tokenizer_name"
+        ) from None
+    converter = convert_marian_checkpoint if kind == "seq2seq" else convert_bert_checkpoint
+    source = load_source(
+        model_name_or_path,
+        MARIAN_TARGETS if kind == "seq2seq" else BERT_TARGETS,
+        "MarianMTModel" if kind == "seq2seq" else "BertModel",
+    )
+    model, info = converter(
+        source, preset=preset, attention_layout=attention_layout, model_class=model_class, output_loading_info=True
+    )
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    source_lang, target_lang = recorded_languages(source.config, tokenizer)
+    write_model_card(
+        output_dir,
+        model,
+        task=TASK_OF_CLASS[type(model)],
+        dataset_name=None,
+        metrics={},
+        language=[source_lang, target_lang] if source_lang and target_lang else None,
+        base_model=str(model_name_or_path),
+        conversion=conversion_summary(info, type(source).__name__),
+    )
+    return info
+
+
+__all__ = [
+    "checkpoint_kind",
+    "conversion_summary",
+    "convert_bert_checkpoint",
+    "convert_marian_checkpoint",
+    "save_converted_checkpoint",
+    "transfer_weights",
+]

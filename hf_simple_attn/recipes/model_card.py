@@ -36,16 +36,26 @@ class TaskCard:
     pipeline_tag: str
     description: str
     example_input: str
+    verb: str  # what the model does to text, in "It <verb> text like its training data"
 
 
 TASKS = {
-    "translation": TaskCard("translation", "A translation model", "Click OK to close the dialog."),
+    "translation": TaskCard("translation", "A translation model", "Click OK to close the dialog.", "translates"),
     "summarization": TaskCard(
         "summarization",
         "A summarization model",
         "This package provides a small command-line tool that converts images between formats.",
+        "summarizes",
     ),
-    "text-classification": TaskCard("text-classification", "A text classifier", "A charming and funny film."),
+    "text-classification": TaskCard(
+        "text-classification", "A text classifier", "A charming and funny film.", "classifies"
+    ),
+    # The tasks of encoders converted from BERT checkpoints (`hf-simple-attn convert`).
+    "fill-mask": TaskCard("fill-mask", "A masked language model", "A charming and [MASK] film.", "fills in words of"),
+    "feature-extraction": TaskCard("feature-extraction", "An encoder", "A charming and funny film.", "encodes"),
+    "token-classification": TaskCard(
+        "token-classification", "A token classifier", "A charming and funny film.", "labels the words of"
+    ),
 }
 
 # Evaluation metric name (without its split prefix) -> (model-index metric type, name shown in the card).
@@ -210,10 +220,12 @@ def write_model_card(
     training_summary: dict | None = None,
     model_id: str | None = None,
     license: str = DEFAULT_LICENSE,
+    conversion: dict | None = None,
 ) -> Path:
     """Render the card of `model` (a SimpleAttn model) into `output_dir/README.md` and return its path.
 
-    task: "translation", "summarization" or "text-classification". dataset_name: a Hub dataset id
+    task: a key of `TASKS` ("translation", "summarization", "text-classification"; the encoder tasks of converted
+    checkpoints). dataset_name: a Hub dataset id
     (listed under `datasets` and in the `model-index`) or any description of the data; the package's corpora
     ("hf_simple_attn:embedded", ...) are named in the body with their licence. dataset_config: the Hub dataset's
     configuration (`load_dataset`'s second argument: GLUE's task, WMT16's language pair), in the `model-index` and
@@ -223,6 +235,8 @@ def write_model_card(
     "-" leaves its row out). model_id: the Hub repository the checkpoint is pushed to, which the title and the usage
     snippets name; without one, the title is the folder's name and the snippets load the folder's path. license:
     the model's licence, a Hub licence id (default apache-2.0, the code's; the data's licence is stated in the body).
+    conversion: for a checkpoint converted from `base_model` and not trained since, what the conversion kept
+    (`convert.conversion_summary`): the card lists it and names the source's training data as the model's.
     A tokenizer saved in `output_dir` before the card sets the input length the card states.
     """
     if task not in TASKS:
@@ -238,8 +252,10 @@ def write_model_card(
         model_name=model_name,
         model_id=model_id or output_dir.as_posix(),
         base_model=base_model,
-        **task_and_data_fields(task, dataset_name, dataset_config, language),
+        **task_and_data_fields(task, dataset_name, dataset_config, language)
+        | (converted_data_fields(base_model) if conversion is not None else {}),
         **model_fields(model, output_dir),
+        conversion=conversion,
         training_rows=[
             (key, format_value(value)) for key, value in (training_summary or {}).items() if value not in NO_VALUE
         ],
@@ -314,11 +330,23 @@ def task_and_data_fields(
     return dict(
         task=task,
         task_description=task_card.description + languages,
+        task_verb=task_card.verb,
         example_input=task_card.example_input,
         data_description=data_description + languages + ".",
         data_name=data_name,
         data_license=data_license,
         hub_dataset=hub_dataset(dataset_name),
+    )
+
+
+def converted_data_fields(base_model: str) -> dict:
+    """The template's fields on the training data of a checkpoint converted from `base_model` and not trained since:
+    the source's."""
+    return dict(
+        data_name=f"that of `{base_model}`",
+        data_description=f"None since the conversion: the weights kept are `{base_model}`'s, trained on the data its "
+        "own card names.",
+        data_license=f"that of `{base_model}`'s training data; see its card.",
     )
 
 
