@@ -13,6 +13,8 @@ files at every build, so that no page holds a hand-copied copy of them.
 - `<!-- gpu:PRESET,PRESET -->`: those presets' row of `benchmarks/results/gpu.json` (the family pages), from
   `benchmarks/summarize.py`'s `gpu_presets`;
 - `<!-- reference:package -->`: the names `hf_simple_attn` exports (`__all__`), each linked to its reference entry;
+- `<!-- memos:table -->`: the memos' budget table (`hf_simple_attn.modeling.memo.MEMO_BUDGETS`), each memo with the
+  modules of `hf_simple_attn/modeling/` that name it;
 - maths (`$...$` inline, `$$...$$` displayed; `pymdownx.arithmatex` in generic mode) is rendered to MathML here,
   by `latex2mathml`, so that the browser lays it out with no script, font or stylesheet from anywhere; a formula it
   cannot convert (or converts leaving a TeX command behind) fails the build;
@@ -39,7 +41,7 @@ from mkdocs.structure.files import File, Files
 
 
 REPO = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|reference):([A-Za-z0-9_.:,\-]+) -->")
+MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|reference|memos):([A-Za-z0-9_.:,\-]+) -->")
 SITE_LABELS = {"encoder_self": "encoder self", "decoder_self": "decoder self", "cross": "cross"}
 FAMILIES_SECTION = "Attention families"
 
@@ -309,6 +311,36 @@ def reference_marker(name: str) -> str:
     return "\n".join(lines)
 
 
+# --- the memos ----------------------------------------------------------------------------------------------------
+
+MEMO_USE = re.compile(r'\b(?:memo_for|TensorMemo)\("(\w+)"\)')
+
+
+def memo_users(folder: Path = REPO / "hf_simple_attn" / "modeling") -> dict[str, list[str]]:
+    """The modules of `folder` that name each memo (`memo_for("name")`, `TensorMemo("name")`), by memo."""
+    users = {}
+    for path in sorted(folder.glob("*.py")):
+        for name in dict.fromkeys(MEMO_USE.findall(path.read_text(encoding="utf-8"))):
+            users.setdefault(name, []).append(path.name)
+    return users
+
+
+def memos_marker(name: str) -> str:
+    if name != "table":
+        raise ValueError(f"unknown memos marker {name!r}")
+    from hf_simple_attn.modeling.memo import MEMO_BUDGETS
+
+    users = memo_users()
+    lines = ["| memo | budget | one per | holds | used in |", "|---|---|---|---|---|"]
+    for memo, budget in MEMO_BUDGETS.items():
+        modules = ", ".join(f"`{module}`" for module in users.get(memo, [])) or "none"
+        lines.append(
+            f"| `{memo}` | {budget.max_bytes / 2**20:g} MiB | {'layer' if budget.per_layer else 'process'} | "
+            f"{cell(budget.holds)} | {modules} |"
+        )
+    return "\n".join(lines)
+
+
 GENERATORS = {
     "presets": presets_marker,
     "families": families_marker,
@@ -316,4 +348,5 @@ GENERATORS = {
     "benchmark": benchmark_marker,
     "gpu": gpu_marker,
     "reference": reference_marker,
+    "memos": memos_marker,
 }
