@@ -22,6 +22,8 @@ files at every build, so that no page holds a hand-copied copy of them.
   its kind, linked to its page; the families table links each class here;
 - `<!-- reference:cli -->`: the `hf-simple-attn` command, from its parser (`hf_simple_attn.cli.build_parser`): every
   subcommand with its synopsis and a table of its arguments (values, defaults, help);
+- `<!-- memos:table -->`: the memos' budget table (`hf_simple_attn.modeling.memo.MEMO_BUDGETS`), each memo with the
+  modules of `hf_simple_attn/modeling/` that name it;
 - maths (`$...$` inline, `$$...$$` displayed; `pymdownx.arithmatex` in generic mode) is rendered to MathML here,
   by `latex2mathml`, so that the browser lays it out with no script, font or stylesheet from anywhere; a formula it
   cannot convert (or converts leaving a TeX command behind) fails the build;
@@ -49,7 +51,7 @@ from mkdocs.structure.files import File, Files
 
 
 REPO = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|choosing|reference):([A-Za-z0-9_.:,\-]+) -->")
+MARKER = re.compile(r"<!-- (presets|families|bibtex|benchmark|gpu|choosing|reference|memos):([A-Za-z0-9_.:,\-]+) -->")
 SITE_LABELS = {"encoder_self": "encoder self", "decoder_self": "decoder self", "cross": "cross"}
 FAMILIES_SECTION = "Attention families"
 
@@ -566,6 +568,36 @@ def arguments_table(parser: argparse.ArgumentParser) -> str:
     return "\n".join(lines)
 
 
+# --- the memos ----------------------------------------------------------------------------------------------------
+
+MEMO_USE = re.compile(r'\b(?:memo_for|TensorMemo)\("(\w+)"\)')
+
+
+def memo_users(folder: Path = REPO / "hf_simple_attn" / "modeling") -> dict[str, list[str]]:
+    """The modules of `folder` that name each memo (`memo_for("name")`, `TensorMemo("name")`), by memo."""
+    users = {}
+    for path in sorted(folder.glob("*.py")):
+        for name in dict.fromkeys(MEMO_USE.findall(path.read_text(encoding="utf-8"))):
+            users.setdefault(name, []).append(path.name)
+    return users
+
+
+def memos_marker(name: str) -> str:
+    if name != "table":
+        raise ValueError(f"unknown memos marker {name!r}")
+    from hf_simple_attn.modeling.memo import MEMO_BUDGETS
+
+    users = memo_users()
+    lines = ["| memo | budget | one per | holds | used in |", "|---|---|---|---|---|"]
+    for memo, budget in MEMO_BUDGETS.items():
+        modules = ", ".join(f"`{module}`" for module in users.get(memo, [])) or "none"
+        lines.append(
+            f"| `{memo}` | {budget.max_bytes / 2**20:g} MiB | {'layer' if budget.per_layer else 'process'} | "
+            f"{cell(budget.holds)} | {modules} |"
+        )
+    return "\n".join(lines)
+
+
 GENERATORS = {
     "presets": presets_marker,
     "families": families_marker,
@@ -574,4 +606,5 @@ GENERATORS = {
     "gpu": gpu_marker,
     "choosing": choosing_marker,
     "reference": reference_marker,
+    "memos": memos_marker,
 }

@@ -13,7 +13,7 @@ from hf_simple_attn import LayoutError, SimpleAttnMarianConfig, SimpleAttnMarian
 from hf_simple_attn.modeling import attention_local
 from hf_simple_attn.modeling.attention_heads import AttentionContext
 from hf_simple_attn.modeling.attention_local import ALL_SEVEN_MASKS, LocalMaskHeads
-from hf_simple_attn.modeling.attention_ops import TensorMemo
+from hf_simple_attn.modeling.memo import clear_memos
 from hf_simple_attn.modeling.modeling_simple_attn_marian import SimpleAttnMarianEncoder
 from hf_simple_attn.modeling.presets import get_preset
 
@@ -225,7 +225,7 @@ class OperatorNames(TorchDispatchMode):
 
 
 def test_fused_pattern_is_built_once_and_padding_costs_one_operator(monkeypatch):
-    monkeypatch.setattr(attention_local, "_pattern_memo", TensorMemo())
+    clear_memos()
     builds = []
 
     def counted_pattern(*args):

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig
-from hf_simple_attn.modeling import attention_hard_coded
 from hf_simple_attn.modeling.attention import set_attention_fast_paths
 from hf_simple_attn.modeling.attention_hard_coded import HardCodedGaussianHeads, depthwise_convolution, gaussian_radius
 from hf_simple_attn.modeling.attention_heads import AttentionContext
 from hf_simple_attn.modeling.attention_local import LocalMaskHeads
 from hf_simple_attn.modeling.cache import SimpleAttnCacheLayer
+from hf_simple_attn.modeling.memo import clear_memos, memo_for
 
 from conftest import TINY_MARIAN, assert_hand_computed, assert_same_maths, cached_steps, make_model, model_reductions
 
@@ -156,18 +156,18 @@ def test_hard_coded_heads_fast_equals_reference(spec, site, length):
 
 
 def test_hard_coded_tables_are_memoised_within_a_bounded_memo(monkeypatch):
-    monkeypatch.setattr(attention_hard_coded, "_table_memo", type(attention_hard_coded._table_memo)())
-    monkeypatch.setattr(attention_hard_coded, "TABLE_MEMO_BYTES", 4 * 2**10)
+    clear_memos()
+    memo = memo_for("gaussian_tables")
+    monkeypatch.setattr(memo, "max_bytes", 4 * 2**10)
     config = SimpleAttnMarianConfig(**TINY_MARIAN)
     spec = HardCodedGaussianHeads.normalize_spec({"kind": "hard_coded", "num_heads": 2}, "cross", "test")
     heads = HardCodedGaussianHeads(spec, config, "cross", 0, head_dim=1)
     value = torch.randn(1, 2, 16, 1)
     for start in range(20):  # each decoding step has its own (heads, 1, 16) table: 128 bytes
         heads(None, None, value, AttentionContext(None, start, 1, False))
-    memo = attention_hard_coded._table_memo
-    assert len(memo) == 20
+    assert len(memo.tensors) == 20
     heads(None, None, value, AttentionContext(None, 0, 16, False))  # (2, 16, 16) floats: 2 KiB
-    assert sum(t.numel() * t.element_size() for t in memo.values()) <= 4 * 2**10 and len(memo) < 21
+    assert memo.held_bytes() <= 4 * 2**10 and len(memo.tensors) < 21
 
 
 @pytest.mark.parametrize("masks, sets", [("band-2", 4), (["identity", "prev-1", "next-2", "band-1", "band-3"], 3)])

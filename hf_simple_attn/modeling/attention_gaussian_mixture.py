@@ -52,7 +52,8 @@ from .attention_heads import (
     LayoutError,
     positive_int,
 )
-from .attention_ops import attention_dropout, dot_product_scores, is_compiling, is_exporting, python_constant
+from .attention_ops import attention_dropout, dot_product_scores, is_exporting, python_constant
+from .memo import is_compiling
 
 
 NORMALIZATIONS = ("approximate", "strict", "none")

@@ -19,8 +19,9 @@ The weights depend on positions only, so the fast path (the default) never build
   reads only the last few positions and the decoder cache may drop older ones (`decoding_lookback`).
 - cross attention multiplies a memoised (heads, q_len, k_len) table. Padded keys are zeroed values, which a
   cached decoding step finds zeroed in the cache already (filled once per generate: `takes_zeroed_padding`).
-Tables live in a small module-level memo keyed by spec, positions, shapes, dtype and device (never as
-module tensors, which `from_pretrained` would build on the meta device; never keyed by tensor values).
+Tables live in the process-wide memo `gaussian_tables` (`memo.py`), keyed by spec, positions, shapes, dtype and
+device (never as module tensors, which `from_pretrained` would build on the meta device; never keyed by tensor
+values).
 Under `torch.compile` they are built in the graph instead. The reference path (the full table of
 `weight_table`) runs when the weights are requested or `fast_path` is off.
 
@@ -49,7 +50,8 @@ from .attention_heads import (
     positive_int,
     true_or_false,
 )
-from .attention_ops import TensorMemo, apply_table, is_exporting, python_constant, zero_padding
+from .attention_ops import apply_table, is_exporting, python_constant, zero_padding
+from .memo import memo_for
 
 
 DEFAULT_OFFSETS = {"encoder_self": [-1, 1], "decoder_self": [-1, 0], "cross": [-1, 0, 1]}
@@ -68,12 +70,9 @@ class HardCodedSpec(GroupSpec):
     centre: str
 
 
-# Memoised tables and kernels: at most this many bytes, least recently used dropped first.
-TABLE_MEMO_BYTES = 64 * 2**20
 # Self attention over a whole sequence runs as a convolution from this many keys per kernel tap, as a banded table
 # product below (where the product is as cheap and one kernel launch fewer).
 CONVOLUTION_MIN_LENGTH_PER_TAP = 4
-_table_memo = TensorMemo()
 
 
 def gaussian_density(distance: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -99,10 +98,10 @@ def gaussian_radius(sigma: float, dtype: torch.dtype) -> int:
 
 
 def memoised(key: tuple, build) -> torch.Tensor:
-    """`build()` once per key (everything the table depends on, as Python values), kept in `_table_memo` within
-    `TABLE_MEMO_BYTES`; built every time while compiling or exporting (in the graph, where it costs a few fused
-    elementwise kernels)."""
-    return _table_memo.kept(key, build, TABLE_MEMO_BYTES)
+    """`build()` once per key (everything the table depends on, as Python values), kept in the `gaussian_tables`
+    memo; built every time while compiling or exporting (in the graph, where it costs a few fused elementwise
+    kernels)."""
+    return memo_for("gaussian_tables").kept(key, build)
 
 
 def depthwise_convolution(value: torch.Tensor, channel_kernel: torch.Tensor, first_distance: int) -> torch.Tensor:

@@ -57,12 +57,12 @@ from .attention_heads import (
     true_or_false,
 )
 from .attention_ops import (
-    TensorMemo,
     attention_dropout,
     is_exporting,
     python_constant,
     scaled_scores,
 )
+from .memo import memo_for
 
 
 # The paper's "all 7 masks, identity used twice" for 8 heads, ordered so that fewer heads (a prefix)
@@ -80,9 +80,6 @@ VALID_MASKS = f"'prev-<k>', 'next-<k>', 'band-<k>' (k an integer in [1, {MAX_DIS
 # stay finite.
 HIDDEN = 1 / 2
 SECOND_CHOICE = 1 / 4
-# `fused_pattern`s kept across forwards: at most this many bytes, least recently used dropped first.
-PATTERN_MEMO_BYTES = 64 * 2**20
-_pattern_memo = TensorMemo()
 
 
 class LocalSpec(GroupSpec):
@@ -381,8 +378,8 @@ class LocalMaskHeads(AttentionHeads):
         return pattern if self.spec["renormalize"] else pattern.flatten(-2)
 
     def kept_pattern(self, context: AttentionContext, key_length: int, dtype: torch.dtype) -> torch.Tensor:
-        """`fused_pattern` of this group's masks at the context's positions, kept across forwards within
-        `PATTERN_MEMO_BYTES`; built in the graph while compiling, and in each forward at positions held on the
+        """`fused_pattern` of this group's masks at the context's positions, kept across forwards in the
+        `local_patterns` memo; built in the graph while compiling, and in each forward at positions held on the
         device."""
         masks, renormalize = self.spec["masks"], self.spec["renormalize"]
         positions = AttentionContext(
@@ -406,7 +403,7 @@ class LocalMaskHeads(AttentionHeads):
             str(context.device),
             dtype,
         )
-        return _pattern_memo.kept(memo_key, build, PATTERN_MEMO_BYTES)
+        return memo_for("local_patterns").kept(memo_key, build)
 
     def banded(self, query, key, value, context: AttentionContext) -> torch.Tensor:
         """Renormalised weights over each head's band only (the fast path): (batch, heads, q_len, d)."""

@@ -1,22 +1,19 @@
-"""Tensor operations the attention families share: masks, scores, fixed weight tables, dropout, a memo.
+"""Tensor operations the attention families share: masks, scores, fixed weight tables, dropout.
 
-A family module imports these and `attention_heads.py`, never another family's module nor the registry, so that each
-family can be read (and replaced) on its own.
+A family module imports these, `attention_heads.py` and `memo.py`, never another family's module nor the registry, so
+that each family can be read (and replaced) on its own.
 
 No family branches on tensor values: positions and lengths are Python ints (`AttentionContext`), so that eager
-forwards never wait for the device and `torch.compile(..., fullgraph=True)` traces every preset. A traced graph
-cannot keep tensors from one call to the next: while `is_compiling()` (compile or export), families skip their
-memos; while `is_exporting()`, they also take the paths an exported decoder step needs (see
-`hf_simple_attn.deploy.export`).
+forwards never wait for the device and `torch.compile(..., fullgraph=True)` traces every preset. While compiling
+(or exporting), families skip their memos (`memo.py`); while `is_exporting()`, they also take the paths an exported
+decoder step needs (see `hf_simple_attn.deploy.export`).
 """
-
-from collections import OrderedDict
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from .attention_heads import AttentionContext
+from .memo import memo_for
 
 
 def scaled_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -37,7 +34,7 @@ def kept_attention_bias(context: AttentionContext, key_length: int, dtype: torch
     if context.key_padding_mask is not None or context.query_start is None:
         return context.attention_bias(key_length, dtype)
     key = (context.query_start, context.query_length, key_length, context.is_causal, dtype, str(context.device))
-    return _biases.kept(key, lambda: context.attention_bias(key_length, dtype), BIASES_BYTES)
+    return memo_for("attention_biases").kept(key, lambda: context.attention_bias(key_length, dtype))
 
 
 def is_exporting() -> bool:
@@ -45,18 +42,12 @@ def is_exporting() -> bool:
     return torch.compiler.is_exporting()
 
 
-def is_compiling() -> bool:
-    """Whether `torch.compile` (or `torch.export`) is tracing the model: memos are skipped, since a traced graph
-    cannot keep tensors from one call to the next; what they hold is built in the graph instead."""
-    return torch.compiler.is_compiling()
-
-
 def python_constant(values: list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A tensor of Python values (a family's fixed head-to-set index, its kernel taps) on `device`, made once and
     kept: made in each forward, it would be a host-to-device copy that makes a GPU's host wait for the device.
     Made in the graph while compiling (a constant there)."""
     key = (repr(values), str(device), dtype)
-    return _constants.kept(key, lambda: torch.tensor(values, device=device, dtype=dtype), CONSTANTS_BYTES)
+    return memo_for("constants").kept(key, lambda: torch.tensor(values, device=device, dtype=dtype))
 
 
 def zero_padding(value: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
@@ -85,39 +76,3 @@ def apply_table(table: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 def attention_dropout(weights: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Dropout on attention weights (batch, heads, q_len, k_len) while training; the weights as they are otherwise."""
     return nn.functional.dropout(weights, p=p, training=training)
-
-
-class TensorMemo(OrderedDict):
-    """Tensors built once per key and kept, least recently used first, within a byte budget.
-
-    Keys hold everything a tensor depends on; `get_or_build` adds whether inference mode is on,
-    since a tensor made in inference mode cannot be saved for backward outside it.
-    """
-
-    def kept(self, key: tuple, build: Callable[[], torch.Tensor], max_bytes: int) -> torch.Tensor:
-        """`get_or_build`, except while compiling (see `is_compiling`): then `build()` runs in the graph."""
-        if is_compiling():
-            return build()
-        return self.get_or_build(key, build, max_bytes)
-
-    def get_or_build(self, key: tuple, build: Callable[[], torch.Tensor], max_bytes: int) -> torch.Tensor:
-        """The tensor for `key`, from `build()` the first time; then drops the least recently used
-        tensors (never the one returned) until all fit in `max_bytes`."""
-        key = key + (torch.is_inference_mode_enabled(),)
-        tensor = self.get(key)
-        if tensor is not None:
-            self.move_to_end(key)
-            return tensor
-        tensor = build()
-        self[key] = tensor
-        total = sum(t.numel() * t.element_size() for t in self.values())
-        while total > max_bytes and len(self) > 1:
-            _, dropped = self.popitem(last=False)
-            total -= dropped.numel() * dropped.element_size()
-        return tensor
-
-
-CONSTANTS_BYTES = 2**20
-_constants = TensorMemo()
-BIASES_BYTES = 16 * 2**20
-_biases = TensorMemo()

@@ -56,13 +56,12 @@ from .attention_heads import (
     true_or_false,
 )
 from .attention_ops import (
-    TensorMemo,
     apply_table,
     attention_dropout,
-    is_compiling,
     is_exporting,
     kept_attention_bias,
 )
+from .memo import TensorMemo, is_compiling, memo_for
 
 
 RAN_PAPER = "Zeng et al. 2021, Recurrent Attention for Neural Machine Translation"
@@ -86,8 +85,6 @@ STACK_OPTIONS = (
     "layer_norm_residual",
     "freeze_initial",
 )
-IDENTITY_KEYS_BYTES = 2**20
-_identity_keys = TensorMemo()
 
 
 class PositionLogitsSpec(GroupSpec):
@@ -172,8 +169,8 @@ def identity_keys(key_length: int, width: int, value: torch.Tensor) -> torch.Ten
     """Rows 0 .. k_len - 1 of the width × width identity, (k_len, width) in the values' dtype and device, kept across
     forwards (made in the graph while compiling)."""
     key = (key_length, width, value.dtype, str(value.device))
-    return _identity_keys.kept(
-        key, lambda: torch.eye(key_length, width, dtype=value.dtype, device=value.device), IDENTITY_KEYS_BYTES
+    return memo_for("identity_keys").kept(
+        key, lambda: torch.eye(key_length, width, dtype=value.dtype, device=value.device)
     )
 
 
@@ -398,13 +395,12 @@ class RecurrentAttentionState(AttentionStackState):
 
 class PositionWeightsMemo:
     """`position_weights` (1, heads, q_len, k_len) per (query block, key length, dtype), valid for one
-    logits tensor at one version; bounded in bytes (least recently used dropped first)."""
+    logits tensor at one version; bounded in bytes by the `position_weights` memo budget."""
 
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
+    def __init__(self):
         self.logits = None  # kept alive, so that its identity cannot pass to a new tensor
         self.version = None
-        self.weights = TensorMemo()
+        self.weights = TensorMemo("position_weights")
 
     def get(self, logits: torch.Tensor, context: AttentionContext, key_length: int, dtype) -> torch.Tensor:
         # Inference tensors (RAN logits cached in inference mode) have no version counter; RAN makes
@@ -412,11 +408,9 @@ class PositionWeightsMemo:
         in_place_updates = None if logits.is_inference() else logits._version
         version = (in_place_updates, logits.device, logits.dtype, torch.is_inference_mode_enabled())
         if self.logits is not logits or self.version != version:
-            self.logits, self.version, self.weights = logits, version, TensorMemo()
+            self.logits, self.version, self.weights = logits, version, TensorMemo("position_weights")
         key = (context.query_start, context.query_length, key_length, context.is_causal, dtype)
-        return self.weights.get_or_build(
-            key, lambda: position_weights(logits, context, key_length, dtype), self.max_bytes
-        )
+        return self.weights.get_or_build(key, lambda: position_weights(logits, context, key_length, dtype))
 
 
 class PositionLogitsHeads(AttentionHeads):
@@ -432,7 +426,6 @@ class PositionLogitsHeads(AttentionHeads):
 
     sites = SELF_ATTENTION_SITES
     uses_query_key = False
-    memo_bytes = 16 * 2**20  # the memoised weights of one layer stay below this size
 
     def __init__(self, spec: PositionLogitsSpec, config, site: str, layer_idx: int, head_dim: int, **kwargs):
         super().__init__(spec, config, site, layer_idx, head_dim, **kwargs)
@@ -452,7 +445,7 @@ class PositionLogitsHeads(AttentionHeads):
         return super().train(mode)
 
     def clear_memo(self) -> None:
-        self.weights_memo = PositionWeightsMemo(self.memo_bytes)
+        self.weights_memo = PositionWeightsMemo()
 
     def memoised_weights(self, context: AttentionContext, key_length: int, dtype) -> torch.Tensor | None:
         """This layer's weights (1, heads, q_len, k_len) from the memo, in inference without an attention mask (not
