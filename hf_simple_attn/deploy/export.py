@@ -43,7 +43,8 @@ from transformers.generation import GenerationMode, StoppingCriteriaList
 from ..modeling.cache import SimpleAttnStaticLayer
 from ..modeling.candidate_vocabulary import CandidateVocabulary, beam_fill_token
 from ..modeling.configuration_simple_attn import SimpleAttnMarianConfig
-from ..modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel, fit_generated_length
+from ..modeling.generation_simple_attn_marian import fit_generated_length
+from ..modeling.modeling_simple_attn_marian import SimpleAttnMarianMTModel
 from ..modeling.stack import position_limits
 from ..modeling.vocab_shortlist import CandidateRows, VocabShortlist, shortlist_logits, shortlist_requested
 from .onnx_decoding import (

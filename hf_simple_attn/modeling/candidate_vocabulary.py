@@ -10,8 +10,8 @@ probability 0, the search chooses the same tokens as over the whole vocabulary w
 
 An option whose token ids cannot be carried over (a forced token that is not a candidate, `sequence_bias`, the
 encoder-side repetition options, which compare source with target ids) gives `search_config` None: the caller
-then searches the whole vocabulary. Callers: `SimpleAttnMarianMTModel.generate` (`candidate_search`) and
-`OnnxSeq2SeqModel.generate`.
+then searches the whole vocabulary. Callers: `SimpleAttnMarianMTModel.generate` (`candidate_search`, in
+`generation_simple_attn_marian.py`) and `OnnxSeq2SeqModel.generate`.
 """
 
 import copy

@@ -8,11 +8,9 @@ import math
 
 import torch
 from torch import nn
-from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, EncoderDecoderCache
-from transformers.generation import GenerationMode
+from transformers.cache_utils import Cache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -26,50 +24,21 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import SimpleAttention, query_key_ties
 from .attention_heads import AttentionContext
-from .cache import (
-    cache_slots,
-    decoder_cache_for,
-    describe_layout,
-    is_static,
-    new_decoder_cache,
-    rollback_refusal,
-    static_attention_mask,
-    static_positions,
-)
-from .candidate_vocabulary import CandidateVocabulary, beam_fill_token
+from .cache import cache_slots, decoder_cache_for, is_static, static_attention_mask, static_positions
+from .candidate_vocabulary import CandidateVocabulary
 from .configuration_simple_attn import SimpleAttnMarianConfig
 from .fused_cross_entropy import chunked_cross_entropy
+from .generation_simple_attn_marian import SimpleAttnMarianGenerationMixin
 from .modeling_simple_attn_common import SimpleAttnBasePreTrainedModel
 from .stack import (
     build_stack_state,
     check_inputs,
     padding_mask_or_none,
-    position_limits,
     prefixed,
     run_encoder_layers,
     stack_forward,
 )
-from .vocab_shortlist import (
-    CandidateRows,
-    VocabShortlist,
-    new_vocab_shortlist,
-    resized_vocab_shortlist,
-    shortlist_logits,
-    shortlist_requested,
-)
-
-
-# Arguments of `generate` that see token ids of the whole vocabulary: with them, a shortlist's search runs over it.
-WHOLE_VOCABULARY_ARGUMENTS = (
-    "logits_processor",
-    "stopping_criteria",
-    "prefix_allowed_tokens_fn",
-    "assistant_model",
-    "streamer",
-    "negative_prompt_ids",
-    "custom_generate",
-    "decoder_input_ids",
-)
+from .vocab_shortlist import CandidateRows, VocabShortlist, resized_vocab_shortlist
 
 
 class SimpleAttnMarianLayer(GradientCheckpointingLayer):
@@ -467,34 +436,7 @@ class SimpleAttnMarianModel(SimpleAttnPreTrainedModel):
         )
 
 
-def fit_generated_length(config, generation_config, has_default_max_length: bool, input_ids_length: int):
-    """Fit `generation_config.max_length` to decoder heads with learned position tables (recurrent,
-    random_synthesizer): the default length is cut to them, a requested one beyond them raises before decoding
-    starts."""
-    limits = position_limits(config.attention_layout["decoder_self"])
-    if not limits:
-        return generation_config
-    layer_idx, kind, max_positions = min(limits, key=lambda limit: limit[2])
-    # The decoder reads every token of the output but the last.
-    if generation_config.max_length - 1 <= max_positions:
-        return generation_config
-    if has_default_max_length and generation_config.max_new_tokens is None:
-        generation_config.max_length = max_positions + 1
-        return generation_config
-    if generation_config.max_new_tokens is not None:
-        requested, allowed = "max_new_tokens", max_positions + 1 - input_ids_length
-    else:
-        requested, allowed = "max_length", max_positions + 1
-    raise ValueError(
-        f"generate: {requested}={getattr(generation_config, requested)} needs "
-        f"{generation_config.max_length - 1} decoder positions ({input_ids_length} decoder input token(s) "
-        f"included), but the {kind} attention at decoder_self layer {layer_idx} covers only "
-        f"max_positions={max_positions}; ask for {requested} <= {allowed} or use a larger 'max_positions' "
-        "in the attention layout"
-    )
-
-
-class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
+class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, SimpleAttnMarianGenerationMixin):
     """The encoder-decoder with Marian's language-modelling head; translates with `generate`."""
 
     # `forward` smooths its loss itself when given `label_smoothing`: trainers that look for this pass it.
@@ -586,16 +528,16 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
         `use_shortlist=True`, see `vocab_shortlist.py`): logits of the tokens any row allows, -inf elsewhere.
         candidate_vocabulary: a search over a shortlist's candidates alone (`generate` sets it, see
         `candidate_search`): `decoder_input_ids` are candidate indices and `logits` (batch, tgt_len, candidates).
+        Both come from `generate` (`generation_simple_attn_marian.py`: `shortlisted_logits` computes these logits).
 
         In training with labels and `config.loss_chunk_size` > 0 the loss is computed chunk by chunk together with
         its gradients (`fused_cross_entropy.py`) and `logits` is None, as with fused-loss kernels (Liger); otherwise
         (and when `lm_head` is not a plain `nn.Linear`, see `lm_head_is_plain`) `logits` is (batch, tgt_len, vocab).
         """
         label_smoothing = kwargs.pop("label_smoothing", 0.0)
-        if candidate_vocabulary is not None:
-            if labels is not None or output_vocab_mask is not None:
-                raise ValueError("candidate_vocabulary is generate's search over candidates; pass it alone")
-            decoder_input_ids = candidate_vocabulary.to_vocabulary(decoder_input_ids)
+        decoder_input_ids = self.shortlisted_decoder_input_ids(
+            decoder_input_ids, labels, output_vocab_mask, candidate_vocabulary
+        )
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -615,8 +557,6 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        if labels is not None and output_vocab_mask is not None:
-            raise ValueError("output_vocab_mask restricts the logits generation decodes over; pass it without labels")
         loss = logits = None
         if labels is not None and self.training and self.config.loss_chunk_size > 0 and self.lm_head_is_plain():
             loss = chunked_cross_entropy(
@@ -627,15 +567,10 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
                 self.config.loss_chunk_size,
                 label_smoothing,
             )
-        elif candidate_vocabulary is not None:
-            logits = candidate_vocabulary.logits(outputs.last_hidden_state)
-        elif output_vocab_mask is not None and self.lm_head_is_plain():
-            rows = self.candidate_rows.get(output_vocab_mask, self.lm_head.weight, self.final_logits_bias)
-            logits = shortlist_logits(outputs.last_hidden_state, rows, self.lm_head.weight.shape[0])
+        elif output_vocab_mask is not None or candidate_vocabulary is not None:
+            logits = self.shortlisted_logits(outputs.last_hidden_state, output_vocab_mask, candidate_vocabulary)
         else:
             logits = self.lm_head(outputs.last_hidden_state) + self.final_logits_bias
-            if output_vocab_mask is not None:  # the shortlist's candidates of a head whose rows cannot be read
-                logits = logits.masked_fill(~output_vocab_mask.any(dim=0), float("-inf"))
             if labels is not None:
                 loss = nn.functional.cross_entropy(
                     logits.flatten(0, 1), labels.flatten(), label_smoothing=label_smoothing, reduction="sum"
@@ -658,194 +593,12 @@ class SimpleAttnMarianMTModel(SimpleAttnPreTrainedModel, GenerationMixin):
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor):
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def _prepare_generated_length(
-        self,
-        generation_config,
-        has_default_max_length,
-        has_default_min_length,
-        model_input_name,
-        input_ids_length,
-        inputs_tensor,
-    ):
-        """Also fit the length to decoder heads with learned position tables (`fit_generated_length`)."""
-        generation_config = super()._prepare_generated_length(
-            generation_config,
-            has_default_max_length,
-            has_default_min_length,
-            model_input_name,
-            input_ids_length,
-            inputs_tensor,
-        )
-        return fit_generated_length(self.config, generation_config, has_default_max_length, input_ids_length)
-
     def lm_head_is_plain(self) -> bool:
         """Whether `lm_head` is a plain `nn.Linear` without hooks, whose weight the chunked loss and the shortlist's
         candidate logits may read directly. A replaced or wrapped head (an adapter such as LoRA, a quantized layer)
         or a hook on it must see its inputs, so both then go through `lm_head` itself, with the full logits."""
         head = self.lm_head
         return type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
-
-    def set_vocab_shortlist(self, candidates: torch.Tensor, frequent: torch.Tensor) -> None:
-        """Attach a vocabulary shortlist (built from the training data by `hf_simple_attn.deploy.shortlist`):
-        `candidates` (source vocab, top_k), each source token's likely target tokens, -1 for none; `frequent`, the
-        target tokens every sentence may produce. Sets `config.shortlist_top_k` and `config.shortlist_frequent`; saved
-        with the weights; off until `generate(..., use_shortlist=True)`."""
-        self.shortlist = new_vocab_shortlist(self.config, candidates, frequent).to(self.device)
-
-    @torch.no_grad()
-    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
-        """transformers' `generate`; with `use_shortlist=True` its search runs over the batch's candidates alone where
-        the call allows it (`candidate_search`), and the output (tokens, and scores and logits with -inf outside the
-        candidates) is mapped back to the vocabulary."""
-        search = self.candidate_search(inputs, generation_config, kwargs)
-        if search is None:
-            return super().generate(inputs, generation_config, **kwargs)
-        vocabulary, search_config, model_kwargs = search
-        # The defaults `generate` fills unset options from must be the search's own, in candidate indices too.
-        model_defaults, self.generation_config = self.generation_config, search_config
-        try:
-            output = super().generate(inputs, search_config, candidate_vocabulary=vocabulary, **model_kwargs)
-        finally:
-            self.generation_config = model_defaults
-        if isinstance(output, torch.Tensor):
-            return vocabulary.to_vocabulary(output)
-        output.sequences = vocabulary.to_vocabulary(output.sequences)
-        for name in ("scores", "logits"):
-            steps = getattr(output, name, None)
-            if steps is not None:
-                setattr(output, name, tuple(vocabulary.scores_to_vocabulary(step) for step in steps))
-        return output
-
-    def candidate_search(
-        self, inputs: torch.Tensor | None, generation_config, kwargs: dict
-    ) -> tuple[CandidateVocabulary, object, dict] | None:
-        """(the candidates as a vocabulary, this call's generation config in candidate indices, the model kwargs) for
-        a `generate` call with `use_shortlist=True` whose search can run over the candidates alone and choose the
-        same tokens (`candidate_vocabulary.py`): greedy or beam search, every token id of the options carried over,
-        no argument that sees the whole vocabulary (a logits processor, a streamer, watermarking, ...);
-        None otherwise, for the search over the whole vocabulary with -inf outside the candidates."""
-        if self.shortlist is None or not self.lm_head_is_plain():
-            return None
-        if any(kwargs.get(name) is not None for name in WHOLE_VOCABULARY_ARGUMENTS):
-            return None
-        source_ids = kwargs.get("input_ids") if inputs is None else inputs
-        config, model_kwargs = self._prepare_generation_config(generation_config, **kwargs)
-        if source_ids is None or not shortlist_requested(config, self.shortlist):
-            return None
-        mode = config.get_generation_mode()
-        if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.BEAM_SEARCH):
-            return None
-        if config.watermarking_config is not None:
-            return None
-        self._prepare_special_tokens(config, "attention_mask" in model_kwargs, device=self.device)
-        mask = self.shortlist.batch_mask(source_ids, model_kwargs.get("attention_mask"))
-        vocabulary = CandidateVocabulary(
-            *CandidateRows().get(mask, self.lm_head.weight, self.final_logits_bias), self.lm_head.weight.shape[0]
-        )
-        search_config = vocabulary.search_config(config, self)
-        if search_config is None:
-            return None
-        # What beam search writes after a hypothesis ends must map back to the token it writes over the vocabulary.
-        fill_token = beam_fill_token(search_config)
-        fill_token = int(vocabulary.ids[fill_token]) if fill_token >= 0 else fill_token
-        if mode == GenerationMode.BEAM_SEARCH and fill_token != beam_fill_token(config):
-            return None
-        search_config.use_shortlist = False
-        for name in ("max_length", "min_length"):  # left to `generate`'s defaults as in the call, if they were
-            if kwargs.get(name) is None and getattr(generation_config, name, None) is None:
-                if getattr(self.generation_config, name) is None:
-                    setattr(search_config, name, None)
-        for name in ("output_attentions", "output_hidden_states"):  # options of the config, not of the model
-            model_kwargs.pop(name, None)
-        return vocabulary, search_config, model_kwargs
-
-    def _prepare_generation_config(self, generation_config, **kwargs):
-        """Also take `use_shortlist` (`vocab_shortlist.py`) as a generation option, like `num_beams`; it is set on
-        this call's copy of the generation config only."""
-        use_shortlist = kwargs.pop("use_shortlist", None)
-        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
-        if use_shortlist is not None:
-            generation_config.use_shortlist = use_shortlist
-        return generation_config, model_kwargs
-
-    def _maybe_prepare_encoder_kwargs_for_generation(
-        self, inputs_tensor, model_kwargs, model_input_name, generation_config
-    ):
-        """With `use_shortlist`, also look the source tokens up once per call: every decoding step gets the
-        batch's candidates as `output_vocab_mask` (one row, their union; `generate` repeats it, not changing it).
-
-        An attention mask without padding is dropped first: the encoder and every decoding step then run without
-        masks (SDPA's unmasked kernel, no mask operators). Asking whether it holds padding reads the mask once per
-        call, before decoding, where the forward itself never reads a tensor's value."""
-        attention_mask = model_kwargs.get("attention_mask")
-        if (
-            attention_mask is not None
-            and not torch.compiler.is_compiling()
-            and attention_mask.shape == inputs_tensor.shape[:2]  # a mask of the wrong shape reaches the check
-            and bool(attention_mask.all())
-        ):
-            model_kwargs = {name: value for name, value in model_kwargs.items() if name != "attention_mask"}
-        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
-            inputs_tensor, model_kwargs, model_input_name, generation_config
-        )
-        if shortlist_requested(generation_config, self.shortlist):
-            if model_input_name != "input_ids":
-                raise ValueError(f"use_shortlist=True looks up the source input_ids; generate got {model_input_name}")
-            model_kwargs["output_vocab_mask"] = self.shortlist.batch_mask(
-                inputs_tensor, model_kwargs.get("attention_mask")
-            )
-        return model_kwargs
-
-    def _valid_auto_compile_criteria(self, model_kwargs: dict, generation_config) -> bool:
-        """Run the decoding steps through `torch.compile` when the call asks for it with a `compile_config`
-        (`generate(..., compile_config=CompileConfig(...))`), on any device, unless `disable_compile` is set.
-
-        transformers compiles on its own for caches of fixed size (`StaticCache`); here only when asked, for either
-        cache. Ours grow by one position a step (their lengths are Python ints, so no step waits for the device), so
-        the compiled step has dynamic shapes: after a few recompiles in the first steps, one graph serves every length.
-        With `cache_implementation="static"` every step has the same shapes: one graph from the first compiled step. On a GPU, CUDA graphs ("reduce-overhead",
-        `CompileConfig`'s default mode) then record one graph per decoded length in a first call and replay them in
-        later calls of the same lengths; `CompileConfig(mode="default")` or `"max-autotune-no-cudagraphs"` compile
-        without them.
-        """
-        if generation_config.disable_compile or generation_config.compile_config is None:
-            return False
-        return getattr(self, "hf_quantizer", None) is None or self.hf_quantizer.is_compileable
-
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, *args, **kwargs):
-        """Give `generate` our cache (value-only heads, absent sublayers, per-step state) unless the user brought one
-        or asked for a static one (`cache_implementation="static"`), which is taken over before the first step
-        (`decoder_cache_for`: a fresh `DynamicCache`, `StaticCache` or `EncoderDecoderCache` of them becomes ours in
-        place; caches that cannot hold the decoding state are refused). Assisted and prompt-lookup decoding, which
-        crop the cache, are refused for a layout whose decoding state cannot be cropped (`rollback_refusal`)."""
-        if generation_mode == GenerationMode.ASSISTED_GENERATION or generation_config.is_assistant:
-            reason = rollback_refusal(self.config)
-            if reason is not None:
-                raise ValueError(
-                    f"generate: assisted and prompt-lookup decoding roll the cache back to the accepted tokens, which "
-                    f"{type(self).__name__} with {describe_layout(self.config)} cannot do: {reason}; use greedy or "
-                    "beam search, or sampling"
-                )
-        if model_kwargs.get("cache") is None and generation_config.use_cache is not False:
-            if generation_config.cache_implementation in (None, "dynamic"):
-                model_kwargs["cache"] = new_decoder_cache(self.config)
-                if generation_config.is_assistant:  # rolled back by `crop` (as transformers' caches)
-                    model_kwargs["cache"].activate_past_recording()
-                return
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode, *args, **kwargs)
-        if model_kwargs.get("cache") is not None:
-            model_kwargs["cache"] = decoder_cache_for(self.config, model_kwargs["cache"])
-
-    def create_masks_for_generate(self, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
-        """The decoder attention mask as given (2D, or None): `generate` makes 4D masks in advance for compilable
-        (static) caches, while the attention families make their masks from the 2D one and the positions."""
-        return attention_mask
-
-    def new_cache(self) -> EncoderDecoderCache:
-        """An empty decoding cache for this model, to pass as `cache=` to `forward` or `generate` (whose output's
-        `cache` it then is). A fresh transformers `DynamicCache` or `EncoderDecoderCache` works too: the model takes
-        it over at its first use."""
-        return new_decoder_cache(self.config)
 
 
 __all__ = [
