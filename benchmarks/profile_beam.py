@@ -45,7 +45,7 @@ SECTIONS = [
     ("early-stop check", "generation/utils.py", "_check_early_stop_heuristic"),
     ("cache reorder (ONNX buffers)", "hf_simple_attn/deploy/onnx_decoding.py", "reorder"),
     ("cache reorder (PyTorch cache)", "modeling/cache.py", "reorder_cache"),
-    ("inputs for the next step", "modeling/modeling_simple_attn_marian.py", "prepare_inputs_for_generation"),
+    ("inputs for the next step", "generation/utils.py", "prepare_inputs_for_generation"),
 ]
 
 
