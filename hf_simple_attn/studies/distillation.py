@@ -192,8 +192,8 @@ def decoding_speeds(layouts: list[str], results_dir: Path = BENCHMARK_RESULTS) -
                 continue
         speeds["sources"].append(
             f"GPU: `benchmarks/results/gpu.json` ({data['environment']['date'][:10]}, "
-            f"{data['environment']['device']['name']}, size {data['settings']['size']}, bf16, eager, "
-            f"{GPU_DECODING_COLUMN}, {data['settings']['new_tokens']} new tokens): ratio of medians to `base`"
+            f"{data['environment']['device']['name']}, size {data['settings']['size']}, bf16, {GPU_DECODING_COLUMN}, "
+            f"{data['settings']['new_tokens']} new tokens): ratio of medians to `base`"
         )
     return speeds
 
@@ -322,15 +322,15 @@ def report(summary: dict, link: str) -> str:
     """The study's tables with what they measure, the chart (under `link`, the folder of the summary's files as the
     reader sees it) and the runs still missing: the README's body and the documentation's block."""
     steps = sorted({step for c in summary["layouts"].values() for entry in c.values() for step in entry["steps"]})
-    explanations = [
+    explanation = (
         f"Test scores after {' or '.join(f'{step:,}' for step in steps)} steps: mean ± std over seeds. Δ: the mean "
         f"test BLEU minus the teacher's. Steps to {TARGET_LABEL} of the teacher: per seed, the first evaluated step "
         f"whose validation BLEU reaches it. p: SacreBLEU's paired bootstrap ({BOOTSTRAP_SAMPLES:,} resamples) of each "
         f"seed's test predictions against the teacher's, one value per seed (p < {SIGNIFICANCE_LEVEL}: a significant "
         "difference). Decoding: the layout's speed against `base` as the benchmarks measured it, on models of other "
-        "sizes decoding a fixed number of tokens, not on these runs; `-`: not measured.",
-        *(f"- {source}." for source in summary["decoding"].get("sources", [])),
-    ]
+        "sizes decoding a fixed number of tokens, not on these runs; `-`: not measured."
+    )
+    sources = "\n".join(f"- {source}." for source in summary["decoding"].get("sources", []))
     parts = [teacher_line(summary)]
     line = missing_line(summary)
     if line:
@@ -338,7 +338,8 @@ def report(summary: dict, link: str) -> str:
     if summary["layouts"]:
         parts += [
             results_table(summary),
-            "\n".join(explanations),
+            explanation,
+            *([sources] if sources else []),
             "Validation BLEU at each evaluated step, mean over seeds:",
             curve_table(summary),
             f"![validation BLEU against steps]({link}{CHART})",
