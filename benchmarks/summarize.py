@@ -16,6 +16,23 @@ def ratio(entry: dict) -> str:
     return f"{median:.2f}× ({paired['min']:.2f}-{paired['max']:.2f})"
 
 
+# The CPU decoding figure the documentation quotes per preset ("Which family when", the from-pretrained guide): the
+# cell (results file, size, batch size, beams) of bench_decoding.py's results that `decoding_cell` finds.
+CPU_DECODING_CELL = ("decoding_target.json", "opus-mt", 64, 1)
+
+
+def decoding_cell(data: dict, size: str, batch_size: int, num_beams: int) -> dict | None:
+    """The cell of bench_decoding.py's results measured at `size`, `batch_size` and `num_beams`; None if none was."""
+    return next(
+        (
+            cell
+            for cell in data["cells"]
+            if (cell["size"], cell["batch_size"], cell["num_beams"]) == (size, batch_size, num_beams)
+        ),
+        None,
+    )
+
+
 def decoding(data: dict) -> list[str]:
     lines = []
     for cell in data["cells"]:

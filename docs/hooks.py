@@ -314,9 +314,8 @@ def gpu_marker(names: str) -> str:
 
 # --- which family when ----------------------------------------------------------------------------------------
 
-# The committed results the "which family when" table reads: the CPU decoding cell (file, size, batch, beams) and the
-# studies whose test BLEU it shows, each the table of `python studies/summarize.py STUDY`.
-CHOOSING_CPU_CELL = ("decoding_target.json", "opus-mt", 64, 1)
+# The studies whose test BLEU the "which family when" table shows, each the table of `python studies/summarize.py
+# STUDY`; its CPU decoding cell is benchmarks/summarize.py's `CPU_DECODING_CELL`.
 CHOOSING_STUDIES = ("mt-headline-long", "mt-headline")
 
 
@@ -364,16 +363,9 @@ def choosing_marker(names: str) -> str:
     gpu_data = json.loads((results / "gpu.json").read_text(encoding="utf-8"))
     gpu_cells = summarize.gpu_preset_cells(gpu_data, names)
     memory = gpu_data["memory"]["models"]
-    cpu_file, cpu_size, cpu_batch, cpu_beams = CHOOSING_CPU_CELL
+    cpu_file, cpu_size, cpu_batch, cpu_beams = summarize.CPU_DECODING_CELL
     cpu_data = json.loads((results / cpu_file).read_text(encoding="utf-8"))
-    cpu_cell = next(
-        (
-            entry
-            for entry in cpu_data["cells"]
-            if (entry["size"], entry["batch_size"], entry["num_beams"]) == (cpu_size, cpu_batch, cpu_beams)
-        ),
-        None,
-    )
+    cpu_cell = summarize.decoding_cell(cpu_data, cpu_size, cpu_batch, cpu_beams)
     if cpu_cell is None:
         raise ValueError(f"benchmarks/results/{cpu_file} has no cell {cpu_size}, batch {cpu_batch}, beams {cpu_beams}")
     studies = {study_name: study_bleu_cells(study_name, names) for study_name in CHOOSING_STUDIES}
