@@ -85,7 +85,7 @@ class DecodingBuffers:
     the call; `reorder(beam_idx, length)` moves rows for beam search.
 
     session: the decoder step graph's `InferenceSession`; aliased: `written_in_place` of its graph; feeds: the
-    encoder's `encoder_attention_mask` and `cross.*` arrays, one row per decoded row; capacity: the slots to start
+    encoder's `encoder_attention_mask` and `cross.*` arrays, one row per sentence; capacity: the slots to start
     with; max_positions: the most positions the call decodes; output_layer: the output layer graph's session."""
 
     def __init__(
