@@ -28,6 +28,7 @@ from hf_simple_attn.deploy.export import (
     save_onnx,
 )
 from hf_simple_attn.deploy.quantize import quantize_onnx_int8
+from hf_simple_attn.modeling.attention import SimpleAttention
 from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES
 
 from conftest import TINY_MARIAN, assert_same_maths, make_model, model_reductions
@@ -201,6 +202,8 @@ def test_exported_decoder_step_runs_a_sentence_beams_over_its_keys_and_values_on
     """The exported program takes any number of beams per sentence (rows // sentences; 2 or more, see above) with
     the encoder's outputs once per sentence, and gives each beam what the eager step gives a row of its own."""
     model, program = exported(preset, "decoder", torch.float64)
+    # The step swaps its wrappers in for the trace and the model's own modules back (not the tracer's proxies).
+    assert all(type(layer.encoder_attn) in (SimpleAttention, type(None)) for layer in model.get_decoder().layers)
     step = DecoderStepForExport(model)
     reductions = model_reductions(model.config)
     for sentences, beams in ((3, 4), (1, 2)):

@@ -220,14 +220,18 @@ class DecoderStepForExport(nn.Module):
             for site in ("self", "cross"):
                 for name, shape in sorted(states[site][index].items()):
                     self.past.append(PastSpec(f"past.{index}.{site}.state.{name}", shape))
-        # A plain dict: the wrapped modules are the model's, registered there.
+        # Plain containers: the wrapped modules are the model's, registered there.
+        layers = list(self.decoder.layers)
         self.cross_attentions = {
             index: SentenceCrossAttention(
-                self.decoder.layers[index].encoder_attn,
-                beams_as_queries(self.decoder.layers[index].encoder_attn) and not states["cross"][index],
+                layers[index].encoder_attn,
+                beams_as_queries(layers[index].encoder_attn) and not states["cross"][index],
             )
             for index, _, _ in self.cross_names
         }
+        self.cross_swaps = [
+            (layers[index], layers[index].encoder_attn, wrapper) for index, wrapper in self.cross_attentions.items()
+        ]
         cross = [name for _, *pair in self.cross_names for name in pair if name]
         self.input_names = ["input_ids", "position", "encoder_attention_mask", *cross]
         self.input_names += [spec.name for spec in self.past]
@@ -296,15 +300,15 @@ class DecoderStepForExport(nn.Module):
     @contextlib.contextmanager
     def sentence_cross_attention(self):
         """The decoder's layers with their `SentenceCrossAttention` in place of their cross attention, for one
-        forward."""
-        layers = self.decoder.layers
+        forward. Swapped through references taken before any trace (`cross_swaps`): under `torch.export`, a module
+        reached through its parent is the tracer's proxy of it, which must not stay in the model."""
         try:
-            for index, wrapper in self.cross_attentions.items():
-                layers[index].encoder_attn = wrapper
+            for layer, _, wrapper in self.cross_swaps:
+                layer.encoder_attn = wrapper
             yield
         finally:
-            for index, wrapper in self.cross_attentions.items():
-                layers[index].encoder_attn = wrapper.attention
+            for layer, attention, _ in self.cross_swaps:
+                layer.encoder_attn = attention
 
     @staticmethod
     def named_states(named: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
