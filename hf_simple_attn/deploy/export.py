@@ -572,8 +572,11 @@ class OnnxSeq2SeqModel(GenerationMixin):
             if node.name.startswith("cross.")
         }
 
-    def decoding_buffers(self, context: DecodingContext, rows: int, max_positions: int) -> DecodingBuffers:
-        """The decoder step of one call over `rows` rows of `context`, for at most `max_positions` positions."""
+    def decoding_buffers(
+        self, context: DecodingContext, rows: int, max_positions: int, prefix: str = ""
+    ) -> DecodingBuffers:
+        """The decoder step of one call over `rows` rows of `context`, for at most `max_positions` positions (arrays
+        named with `prefix` in the engine's pool)."""
         capacity = max(1, min(max_positions, self.first_capacity))
         return DecodingBuffers(
             self.decoder,
@@ -584,6 +587,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
             max_positions,
             self.output_layer,
             self.arrays,
+            prefix,
         )
 
     def step(self, buffers: DecodingBuffers, input_ids: torch.Tensor, context: DecodingContext) -> np.ndarray:
@@ -661,6 +665,24 @@ class OnnxSeq2SeqModel(GenerationMixin):
             sequences = self.greedy_search(decoder_input_ids, context, *search_options)
         return sequences if vocabulary is None else vocabulary.to_vocabulary(sequences)
 
+    def first_beam_step(
+        self,
+        first_buffers: DecodingBuffers,
+        buffers: DecodingBuffers,
+        input_ids: torch.Tensor,
+        context: DecodingContext,
+        num_beams: int,
+    ) -> np.ndarray:
+        """Beam search's first step, whose beams are all the same (the prompt `input_ids` (batch, length) and an empty
+        state): run once per sentence on `first_buffers`, its state copied to each beam's row of `buffers` and its
+        logits repeated for the beams (an array of the pool), what a step of every beam gives."""
+        logits = self.step(first_buffers, input_ids, context)
+        buffers.copy_beams_from(first_buffers, num_beams)
+        shape = (len(logits) * num_beams, *logits.shape[1:])
+        beam_logits = self.arrays.get("first.beam_logits", shape, logits.dtype, zero=False)
+        beam_logits.reshape(len(logits), num_beams, *logits.shape[1:])[...] = logits[:, None]
+        return beam_logits
+
     def greedy_search(
         self, input_ids, context: DecodingContext, generation_config, logits_processor, stopping_criteria
     ) -> torch.LongTensor:
@@ -725,14 +747,15 @@ class OnnxSeq2SeqModel(GenerationMixin):
         fill_token: int,
     ) -> torch.LongTensor:
         """transformers' `_beam_search` loop (its own steps) over the ONNX decoder step, the top-k in the search head;
-        the decoding state follows the selected beams. `fill_token`: what follows the end of a finished hypothesis
-        (`beam_fill_token`)."""
+        the decoding state follows the selected beams, and the first step runs once per sentence (`first_beam_step`).
+        `fill_token`: what follows the end of a finished hypothesis (`beam_fill_token`)."""
         num_beams, max_length = generation_config.num_beams, generation_config.max_length
         eos_token_id = generation_config._eos_token_tensor
         early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
         batch_size, cur_len = input_ids.shape
         decoder_prompt_len = cur_len
         buffers = self.decoding_buffers(context, batch_size * num_beams, max_length - 1)
+        first_buffers = self.decoding_buffers(context, batch_size, 1, prefix="first.")
         in_graph = takes_processors(logits_processor)
 
         n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
@@ -752,7 +775,10 @@ class OnnxSeq2SeqModel(GenerationMixin):
         beam_indices = running_beam_indices.clone()
         while True:
             flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
-            logits = self.step(buffers, flat_running_sequences, context)
+            if cur_len == decoder_prompt_len:
+                logits = self.first_beam_step(first_buffers, buffers, input_ids, context, num_beams)
+            else:
+                logits = self.step(buffers, flat_running_sequences, context)
             topk_log_probs, topk_indices = self.top_continuations(
                 logits, flat_running_sequences, running_beam_scores, logits_processor, beams_to_keep, in_graph
             )
