@@ -284,7 +284,7 @@ class DecoderStepForExport(nn.Module):
         with self.sentence_cross_attention():
             hidden_states = self.decoder(
                 input_ids=input_ids,
-                # Ones as wide as the slots (the causal mask hides those not written yet): a mask with the batch's rows.
+                # Ones as wide as the slots (the causal mask hides those not written yet): a mask with the step's rows.
                 attention_mask=input_ids.new_ones(rows, slots),
                 encoder_attention_mask=encoder_attention_mask,
                 cache=cache,
@@ -364,8 +364,8 @@ def export_encoder(model) -> torch.export.ExportedProgram:
 def export_decoder_step(model) -> torch.export.ExportedProgram:
     """The decoder step graph of a seq2seq model in eval mode, for any number of sentences, of rows (beams) per
     sentence, 2 or more (checks of the query's rows, SDPA's among them, make the program's guards refuse one; the
-    ONNX graph takes it, as greedy search runs it), sources of 2 tokens or more, and buffers of any number of slots up to the positions its
-    position tables cover (the engine sizes them)."""
+    ONNX graph takes it, as greedy search runs it), sources of 2 tokens or more, and buffers of any number of slots
+    up to the positions its position tables cover (the engine sizes them)."""
     step = DecoderStepForExport(model)
     input_ids, attention_mask = example_source(model)
     with torch.no_grad():
@@ -547,8 +547,8 @@ class OnnxSeq2SeqModel(GenerationMixin):
         earlier = earlier_format(self.decoder.get_inputs())
         if earlier is not None:
             raise ValueError(
-                f"{onnx_dir / DECODER_FILE} is a decoder step of an earlier export ({earlier}); export the model again "
-                "with export_onnx"
+                f"{onnx_dir / DECODER_FILE} is a decoder step of an earlier export ({earlier}); export the model "
+                "again with export_onnx"
             )
         self.written_in_place = written_in_place(onnx.load(str(onnx_dir / DECODER_FILE), load_external_data=False))
         self.output_layer = onnxruntime.InferenceSession(
