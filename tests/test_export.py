@@ -5,6 +5,7 @@ generate the same tokens as `generate`."""
 import functools
 import importlib.util
 import json
+import shutil
 
 import pytest
 import torch
@@ -13,18 +14,22 @@ from transformers import AutoTokenizer
 
 from hf_simple_attn import SimpleAttnMarianConfig, TranslationPipeline, list_presets
 from hf_simple_attn.deploy.export import (
+    DECODER_FILE,
     SHORTLIST_FILE,
     DecoderStepForExport,
     DecodingContext,
     EncoderForExport,
     OnnxSeq2SeqModel,
     OutputLayerForExport,
+    beam_rows,
     export_decoder_step,
     export_encoder,
     export_onnx,
     save_onnx,
 )
 from hf_simple_attn.deploy.quantize import quantize_onnx_int8
+from hf_simple_attn.modeling.attention import SimpleAttention
+from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES
 
 from conftest import TINY_MARIAN, assert_same_maths, make_model, model_reductions
 
@@ -94,21 +99,28 @@ def test_encoder_exports_and_equals_eager(preset):
 @pytest.mark.numerics
 @pytest.mark.parametrize("preset", presets_with_new_layers(DECODER_FIELDS))
 def test_decoder_step_exports_and_equals_the_full_forward(preset):
-    """Stepping the exported program from zero buffers gives (through the output layer) the logits of the
-    teacher-forced forward, and the same decoding state as the eager step (family states, batch of one included);
-    each step writes its own position of the buffers and nothing else."""
+    """Stepping the exported program from zero buffers, two beams a sentence with targets of their own, gives
+    (through the output layer) the logits of the teacher-forced forward of each beam's row, and the same decoding
+    state as the eager step (family states, one sentence included); each step writes its own position of the buffers
+    and nothing else. (The program's guards refuse one beam a sentence, from checks of the query's rows: the ONNX graph
+    takes it, `test_onnx_runtime_logits_and_tokens_equal_pytorch`.)"""
     model, program = exported(preset, "decoder", torch.float64)
     program = program.module()
     step, output_layer = DecoderStepForExport(model), OutputLayerForExport(model)
     reductions = model_reductions(model.config)
-    for batch_size, length, slots in ((3, 9, 8), (1, 2, 6)):
-        input_ids, attention_mask = source_batch(batch_size, length, seed=1)
-        target = torch.randint(1, PAD, (batch_size, 6), generator=torch.Generator().manual_seed(2))
+    for sentences, length, slots in ((3, 9, 8), (1, 2, 6)):
+        input_ids, attention_mask = source_batch(sentences, length, seed=1)
+        rows = 2 * sentences
+        target = torch.randint(1, PAD, (rows, 6), generator=torch.Generator().manual_seed(2))
         with torch.no_grad():
-            full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target).logits
+            full = model(
+                input_ids=beam_rows(input_ids, rows),
+                attention_mask=beam_rows(attention_mask, rows),
+                decoder_input_ids=target,
+            ).logits
             cross = EncoderForExport(model)(input_ids, attention_mask)[1:]
             past = [
-                torch.zeros(batch_size, *(slots if size is None else size for size in spec.shape), dtype=model.dtype)
+                torch.zeros(rows, *(slots if size is None else size for size in spec.shape), dtype=model.dtype)
                 for spec in step.past
             ]
             for position in range(target.shape[1]):
@@ -124,6 +136,79 @@ def test_decoder_step_exports_and_equals_the_full_forward(preset):
                         others[position] = False
                         assert torch.equal(state[:, :, others], before[:, :, others])
                 past = present
+
+
+def beam_steps(step, model, sentences: int, beams: int, slots: int = 8):
+    """Decoder steps of `step` (the eager module or an exported program) over `beams` rows per sentence, each row its
+    own tokens: [(hidden states, present state)] at every position, fed the encoder's outputs once per sentence."""
+    input_ids, attention_mask = source_batch(sentences, 9, seed=1)
+    rows = sentences * beams
+    target = torch.randint(1, PAD, (rows, 5), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        cross = EncoderForExport(model)(input_ids, attention_mask)[1:]
+    past = [
+        torch.zeros(rows, *(slots if size is None else size for size in spec.shape), dtype=model.dtype)
+        for spec in DecoderStepForExport(model).past
+    ]
+    outputs = []
+    for position in range(target.shape[1]):
+        with torch.no_grad():
+            hidden_states, *past = step(
+                target[:, position : position + 1], torch.tensor(position), attention_mask, *cross, *past
+            )
+        outputs.append((hidden_states, past))
+    return outputs
+
+
+def assert_same_steps(actual, expected, reductions) -> None:
+    for (hidden_states, state), (expected_hidden_states, expected_state) in zip(actual, expected, strict=True):
+        assert_same_maths(hidden_states, expected_hidden_states, **reductions)
+        for tensor, expected_tensor in zip(state, expected_state, strict=True):
+            assert_same_maths(tensor, expected_tensor, **reductions)
+
+
+class BeamRowsStep:
+    """A decoder step fed the encoder's outputs repeated for each beam (`beam_rows`): every beam a row of its own, as
+    the PyTorch model decodes beams (the step then has one beam per sentence)."""
+
+    def __init__(self, step: DecoderStepForExport):
+        self.step = step
+
+    def __call__(self, input_ids, position, attention_mask, *tensors):
+        rows, cross_count = input_ids.shape[0], len(tensors) - len(self.step.past)
+        cross = [beam_rows(tensor, rows) for tensor in tensors[:cross_count]]
+        return self.step(input_ids, position, beam_rows(attention_mask, rows), *cross, *tensors[cross_count:])
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize(
+    "kind", sorted(kind for kind, family in ATTENTION_FAMILIES.items() if "cross" in family.sites)
+)
+def test_every_cross_family_runs_a_sentence_beams_as_with_a_row_each(kind):
+    """The decoder step takes the encoder's outputs once per sentence: cross attention with the beams as its queries
+    (families that compute each query alone, `independent_queries`) or a row per beam (the others) gives each beam
+    what a row of its own over repeated keys and values gives (float64, eager)."""
+    model = make_model(
+        layout={"cross": {"groups": [{"kind": kind, "num_heads": 2}, {"kind": "dot"}]}}, **SIZES
+    ).double()
+    step = DecoderStepForExport(model)
+    reductions = model_reductions(model.config)
+    assert_same_steps(beam_steps(step, model, 3, 4), beam_steps(BeamRowsStep(step), model, 3, 4), reductions)
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("preset", presets_with_new_layers(DECODER_FIELDS))
+def test_exported_decoder_step_runs_a_sentence_beams_over_its_keys_and_values_once(preset):
+    """The exported program takes any number of beams per sentence (rows // sentences; 2 or more, see above) with
+    the encoder's outputs once per sentence, and gives each beam what the eager step gives a row of its own."""
+    model, program = exported(preset, "decoder", torch.float64)
+    # The step swaps its wrappers in for the trace and the model's own modules back (not the tracer's proxies).
+    assert all(type(layer.encoder_attn) in (SimpleAttention, type(None)) for layer in model.get_decoder().layers)
+    step = DecoderStepForExport(model)
+    reductions = model_reductions(model.config)
+    for sentences, beams in ((3, 4), (1, 2)):
+        expected = beam_steps(BeamRowsStep(step), model, sentences, beams)
+        assert_same_steps(beam_steps(program.module(), model, sentences, beams), expected, reductions)
 
 
 def test_decoding_state_layout_follows_the_families():
@@ -142,6 +227,11 @@ def test_decoding_state_layout_follows_the_families():
         ("past.1.self.value", (4, None, 8)),
         ("past.1.cross.state.group0", (4, 4)),
     ]
+    # Cross attention over each sentence's keys and values with its beams as the queries, except where a family keeps
+    # a state per beam (the synthesis network's running means).
+    for preset, beams_as_queries in (("base", [True, True]), ("hc-all", [True, True]), ("gmm-synthesis", [False] * 2)):
+        step = DecoderStepForExport(make_model(preset, **SIZES))
+        assert [wrapper.beams_as_queries for wrapper in step.cross_attentions.values()] == beams_as_queries, preset
     no_self = DecoderStepForExport(make_model("sh-x-no-sa", **SIZES))
     assert no_self.past == [] and no_self.input_names == [
         "input_ids",
@@ -360,6 +450,22 @@ def test_onnx_shortlist_searches_the_candidates_with_every_generation_option(tmp
     expected = model.generate(**source, **options)
     assert expected[0, 1] == outside
     assert torch.equal(onnx_model.generate(input_ids, attention_mask, use_shortlist=True, **options), expected)
+
+
+@needs_onnxruntime
+def test_onnx_model_refuses_a_decoder_step_with_cross_keys_and_values_per_beam(onnx_models, tmp_path):
+    """A decoder step of an earlier export took the encoder's outputs repeated for each beam (one batch dimension
+    for all its inputs): the engine, which feeds them once per sentence, refuses it."""
+    onnx = pytest.importorskip("onnx")
+    _, onnx_model = onnx_models("base")
+    folder = shutil.copytree(onnx_model.onnx_dir, tmp_path / "earlier")
+    graph = onnx.load(folder / DECODER_FILE)
+    inputs = {node.name: node.type.tensor_type.shape.dim for node in graph.graph.input}
+    for name in ["encoder_attention_mask"] + [name for name in inputs if name.startswith("cross.")]:
+        inputs[name][0].dim_param = inputs["input_ids"][0].dim_param
+    onnx.save(graph, folder / DECODER_FILE)
+    with pytest.raises(ValueError, match=r"earlier export \(the encoder's keys and values repeated for each beam\)"):
+        OnnxSeq2SeqModel(folder)
 
 
 @needs_onnxruntime

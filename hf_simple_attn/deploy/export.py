@@ -6,22 +6,25 @@ The graphs, for any layout (`export_encoder` / `export_decoder_step`, written as
   each decoder layer i with cross attention, its projected `cross.{i}.key` (batch, query/key slots, source,
   head_dim; absent for value-only heads such as hard-coded ones) and `cross.{i}.value` (batch, heads, source,
   head_dim), computed once per sentence and the same for all its beams.
-- decoder step: `input_ids` (batch, 1), `decoder_attention_mask` (batch, position + 1: ones, its length gives the
-  position of the token), `encoder_attention_mask` (batch, source), the encoder's `cross.*` tensors, then the
-  decoding state `past.*` -> `hidden_states` (batch, d_model), the decoder's output for the token, and the next
-  decoding state `present.*`, in the same order.
-- output layer: `hidden_states` (batch, d_model) -> `logits` (batch, vocab). A graph of its own, so that decoding
+- decoder step: `input_ids` (rows, 1), a token for each beam of each sentence (a sentence's beams in adjacent rows;
+  rows = batch in greedy search), `position` () int64 (the number of earlier tokens), `encoder_attention_mask`
+  (batch, source) and the encoder's `cross.*` tensors, once per sentence, then the decoding state `past.*` ->
+  `hidden_states` (rows, d_model), the decoder's output for the token, and the next decoding state `present.*`, in
+  the same order. Cross attention runs a sentence's beams as its queries over the sentence's keys and values
+  (`SentenceCrossAttention`; a family that keeps a state per beam, the GMM synthesis network, gets a row per beam).
+- output layer: `hidden_states` (rows, d_model) -> `logits` (rows, vocab). A graph of its own, so that decoding
   over a vocabulary shortlist skips it: with `generate(..., use_shortlist=True)` the logits of the batch's
   candidate tokens are computed from the rows of the output layer saved beside the graphs (`shortlist.safetensors`,
   written for a model that has a shortlist, with the shortlist's tables).
 
 The decoding state (`DecoderStepForExport.past` lists it), per decoder layer i: `past.{i}.self.key` (absent for
-value-only heads) and `past.{i}.self.value`, (batch, slots or heads, length, head_dim), where length is the number
+value-only heads) and `past.{i}.self.value`, (rows, slots or heads, length, head_dim), where length is the number
 of earlier tokens, or a fixed window for a layer whose heads read only the last few positions (hard-coded self
 attention, `decoding_lookback`: zeros before the first token, the oldest position slides out at each step); and
 `past.{i}.self.state.{name}` / `past.{i}.cross.state.{name}`, the running quantities a family keeps from step to
-step (the GMM synthesis network's means), batch first, zeros before the first step. Before the first step every
-`past.*` tensor is zeros, of length 0 where it grows. Beam search reorders every `past.*` tensor along the batch.
+step (the GMM synthesis network's means), rows first, zeros before the first step. Before the first step every
+`past.*` tensor is zeros, of length 0 where it grows. Beam search reorders every `past.*` tensor along the rows, and
+none of the `cross.*` ones (the same for all the beams of a sentence).
 
 `OnnxSeq2SeqModel` runs the ONNX graphs with ONNX Runtime and decodes (greedy or beam search) exactly as
 transformers' `generate` does with the PyTorch model, with or without the shortlist (whose search runs over the
@@ -29,6 +32,7 @@ batch's candidates alone: `candidate_vocabulary.py`); `TranslationPipeline(model
 tokenizer=...)` translates text with it.
 """
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -40,6 +44,7 @@ from transformers import AutoTokenizer, GenerationConfig, GenerationMixin
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationMode, StoppingCriteriaList
 
+from ..modeling.attention_heads import AttentionContext
 from ..modeling.cache import SimpleAttnStaticLayer
 from ..modeling.candidate_vocabulary import CandidateVocabulary, beam_fill_token
 from ..modeling.configuration_simple_attn import SimpleAttnMarianConfig
@@ -70,6 +75,13 @@ class PastSpec:
 
     name: str
     shape: tuple[int | None, ...]
+
+
+def beams_as_queries(attention) -> bool:
+    """Whether the cross attention module `attention` may run a sentence's beams as its queries over the sentence's
+    keys and values (`SentenceCrossAttention`): every group's family computes each query alone
+    (`AttentionHeads.independent_queries`)."""
+    return all(type(group).independent_queries(group.spec) for group in attention.heads.groups)
 
 
 def cross_attention_names(model) -> list[tuple[int, str | None, str]]:
@@ -135,9 +147,57 @@ class StepCacheLayer(SimpleAttnStaticLayer):
         return buffer.index_put((rows, heads, self.cumulative_length.view(1, 1, 1)), states)
 
 
+class SentenceCrossAttention(nn.Module):
+    """A decoder layer's cross attention in the decoder step graph, whose keys, values and padding mask come once per
+    sentence while the step has a row per beam (the beams of a sentence in adjacent rows; `beams` = rows //
+    sentences, 1 in greedy search).
+
+    With `beams_as_queries`, the hidden states (sentences x beams, 1, d_model) become (sentences, beams, d_model) and
+    the attention runs with the beams as its queries, all at the step's position: one product per sentence and head
+    with a row per beam, over keys and values that a row per beam would repeat `beams` times. Otherwise (a family
+    that keeps a state per beam, or computes its queries together) each beam is a row of its own: the padding mask is
+    repeated here for each beam, the keys and values when the step builds its cache (`DecoderStepForExport`)."""
+
+    def __init__(self, attention, beams_as_queries: bool):
+        super().__init__()
+        self.attention, self.beams_as_queries = attention, beams_as_queries
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        context: AttentionContext,
+        key_value_states: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        rows, _, d_model = hidden_states.shape
+        key_padding_mask = context.key_padding_mask  # (sentences, source)
+        positions = context.query_positions  # (1,): the step's position
+        if self.beams_as_queries:
+            hidden_states = hidden_states.view(key_padding_mask.shape[0], -1, d_model)  # (sentences, beams, d_model)
+            beams = hidden_states.shape[1]
+            context = dataclasses.replace(
+                context, query_length=beams, shared_tensors={("positions",): positions.expand(beams)}
+            )
+        else:
+            key_padding_mask = beam_rows(key_padding_mask, rows)
+            context = dataclasses.replace(
+                context, key_padding_mask=key_padding_mask, shared_tensors={("positions",): positions}
+            )
+        output, weights = self.attention(hidden_states, context, key_value_states, cache, output_attentions)
+        return output.reshape(rows, 1, d_model), weights
+
+
+def beam_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    """`tensor` (sentences, ...) with each sentence's row repeated for its beams: (rows, ...)."""
+    beams = rows // tensor.shape[0]
+    return tensor[:, None].expand(tensor.shape[0], beams, *tensor.shape[1:]).reshape(rows, *tensor.shape[1:])
+
+
 class DecoderStepForExport(nn.Module):
-    """The decoder step graph (see the module docstring): one token per sentence at `position`, the decoding state
-    in and out, as a static cache holds it (`SimpleAttnStaticLayer`: every layer's buffers have the same slots).
+    """The decoder step graph (see the module docstring): one token per row (a row per beam of each sentence) at
+    `position`, the decoding state in and out, as a static cache holds it (`SimpleAttnStaticLayer`: every layer's
+    buffers have the same slots).
 
     The layout of the state comes from the model: the self-attention buffers of each layer (keys only where heads
     score them) and the states its families keep, read from one eager step (a state's shape must not depend on the
@@ -161,6 +221,18 @@ class DecoderStepForExport(nn.Module):
             for site in ("self", "cross"):
                 for name, shape in sorted(states[site][index].items()):
                     self.past.append(PastSpec(f"past.{index}.{site}.state.{name}", shape))
+        # Plain containers: the wrapped modules are the model's, registered there.
+        layers = list(self.decoder.layers)
+        self.cross_attentions = {
+            index: SentenceCrossAttention(
+                layers[index].encoder_attn,
+                beams_as_queries(layers[index].encoder_attn) and not states["cross"][index],
+            )
+            for index, _, _ in self.cross_names
+        }
+        self.cross_swaps = [
+            (layers[index], layers[index].encoder_attn, wrapper) for index, wrapper in self.cross_attentions.items()
+        ]
         cross = [name for _, *pair in self.cross_names for name in pair if name]
         self.input_names = ["input_ids", "position", "encoder_attention_mask", *cross]
         self.input_names += [spec.name for spec in self.past]
@@ -188,18 +260,20 @@ class DecoderStepForExport(nn.Module):
         *tensors: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         named = dict(zip(self.input_names[3:], tensors))
-        batch_size, num_layers = input_ids.shape[0], self.model.config.decoder_layers
+        rows, num_layers = input_ids.shape[0], self.model.config.decoder_layers
         slots = next((named[spec.name].shape[2] for spec in self.past if None in spec.shape), 1)
         self_layers, cross_layers = [], []
         for index in range(num_layers):
             values = named.get(f"past.{index}.self.value")
             if values is None:  # no self attention: the layer only counts the positions
-                values = input_ids.new_zeros(batch_size, 0, slots, 0, dtype=self.model.dtype)
+                values = input_ids.new_zeros(rows, 0, slots, 0, dtype=self.model.dtype)
             keys = named.get(f"past.{index}.self.key", values[:, :0])
             states = self.named_states(named, f"past.{index}.self.state.")
             self_layers.append(StepCacheLayer(keys, values, position.clone(), states, beam_invariant=False))
             values = named.get(f"cross.{index}.value", values[:, :, :0])
             keys = named.get(f"cross.{index}.key", values[:, :0])
+            if index in self.cross_attentions and not self.cross_attentions[index].beams_as_queries:
+                keys, values = beam_rows(keys, rows), beam_rows(values, rows)
             states = self.named_states(named, f"past.{index}.cross.state.")
             cross_layers.append(StepCacheLayer(keys, values, position.clone(), states, beam_invariant=True))
         # Built before its layers count as filled: `EncoderDecoderCache` reads the lengths of filled layers.
@@ -208,20 +282,34 @@ class DecoderStepForExport(nn.Module):
             layer.is_initialized = True
         for index, _, _ in self.cross_names:
             cache.is_updated[index] = True
-        hidden_states = self.decoder(
-            input_ids=input_ids,
-            # Ones as wide as the slots (the causal mask hides those not written yet): a mask with the batch's rows.
-            attention_mask=input_ids.new_ones(batch_size, slots),
-            encoder_attention_mask=encoder_attention_mask,
-            cache=cache,
-            use_cache=True,
-        ).last_hidden_state
+        with self.sentence_cross_attention():
+            hidden_states = self.decoder(
+                input_ids=input_ids,
+                # Ones as wide as the slots (the causal mask hides those not written yet): a mask with the step's rows.
+                attention_mask=input_ids.new_ones(rows, slots),
+                encoder_attention_mask=encoder_attention_mask,
+                cache=cache,
+                use_cache=True,
+            ).last_hidden_state
         presents = []
         for spec in self.past:
             _, index, site, field, *state_name = spec.name.split(".")
             layer = (self_layers if site == "self" else cross_layers)[int(index)]
             presents.append(layer.states[state_name[0]] if field == "state" else getattr(layer, f"{field}s"))
         return (hidden_states[:, 0], *presents)
+
+    @contextlib.contextmanager
+    def sentence_cross_attention(self):
+        """The decoder's layers with their `SentenceCrossAttention` in place of their cross attention, for one
+        forward. Swapped through references taken before any trace (`cross_swaps`): under `torch.export`, a module
+        reached through its parent is the tracer's proxy of it, which must not stay in the model."""
+        try:
+            for layer, _, wrapper in self.cross_swaps:
+                layer.encoder_attn = wrapper
+            yield
+        finally:
+            for layer, attention, _ in self.cross_swaps:
+                layer.encoder_attn = attention
 
     @staticmethod
     def named_states(named: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -275,31 +363,34 @@ def export_encoder(model) -> torch.export.ExportedProgram:
 
 
 def export_decoder_step(model) -> torch.export.ExportedProgram:
-    """The decoder step graph of a seq2seq model in eval mode, for any batch size, sources of 2 tokens or more, and
-    buffers of any number of slots up to the positions its position tables cover (the engine sizes them)."""
+    """The decoder step graph of a seq2seq model in eval mode, for any number of sentences, of rows (beams) per
+    sentence, 2 or more (checks of the query's rows, SDPA's among them, make the program's guards refuse one; the
+    ONNX graph takes it, as greedy search runs it), sources of 2 tokens or more, and buffers of any number of slots
+    up to the positions its position tables cover (the engine sizes them)."""
     step = DecoderStepForExport(model)
     input_ids, attention_mask = example_source(model)
     with torch.no_grad():
         cross = EncoderForExport(model)(input_ids, attention_mask)[1:]
-    batch_size, slots, device = input_ids.shape[0], 6, model.device
+    rows, slots, device = 3 * input_ids.shape[0], 6, model.device  # 3 beams a sentence
     args = (
-        torch.full((batch_size, 1), model.config.decoder_start_token_id, device=device),
+        torch.full((rows, 1), model.config.decoder_start_token_id, device=device),
         torch.tensor(3, device=device),
         attention_mask,
         *cross,
         *(
             torch.zeros(
-                batch_size, *(slots if size is None else size for size in spec.shape), dtype=model.dtype, device=device
+                rows, *(slots if size is None else size for size in spec.shape), dtype=model.dtype, device=device
             )
             for spec in step.past
         ),
     )
     batch, source = torch.export.Dim("batch", min=1), torch.export.Dim("source", min=2)
+    rows = torch.export.Dim("rows", min=1)
     slots = length_dim("slots", model.config, "decoder_self", 1)
     buffers = [
-        {0: batch, **{dim + 1: slots for dim, size in enumerate(spec.shape) if size is None}} for spec in step.past
+        {0: rows, **{dim + 1: slots for dim, size in enumerate(spec.shape) if size is None}} for spec in step.past
     ]
-    dynamic_shapes = ({0: batch}, None, {0: batch, 1: source}, (*[{0: batch, 2: source}] * len(cross), *buffers))
+    dynamic_shapes = ({0: rows}, None, {0: batch, 1: source}, (*[{0: batch, 2: source}] * len(cross), *buffers))
     return export_program(step, args, dynamic_shapes)
 
 
@@ -392,35 +483,29 @@ def save_int8_shortlist(source: Path, target: Path) -> None:
     save_file(tensors, str(target))
 
 
+def earlier_format(decoder_inputs) -> str | None:
+    """What makes a decoder step graph (its session's `get_inputs()`) one of an earlier export, which the engine no
+    longer runs; None for a graph of `export_decoder_step`."""
+    shapes = {node.name: node.shape for node in decoder_inputs}
+    if "position" not in shapes:
+        return "a decoding state that grows each step"
+    if shapes["input_ids"][0] == shapes["encoder_attention_mask"][0]:
+        return "the encoder's keys and values repeated for each beam"
+    return None
+
+
 @dataclasses.dataclass
 class DecodingContext:
     """What every decoding step of one `generate` call reads besides its tokens and state: the source's
-    `attention_mask` and the encoder's `cross.*` outputs, and where the logits come from: the whole vocabulary (both
-    None), the shortlist's candidates with -inf elsewhere (`candidate_rows`, `CandidateRows.get` of the output
-    layer), or the candidates alone (`vocabulary`; the steps' tokens are then its candidate indices)."""
+    `attention_mask` and the encoder's `cross.*` outputs (a row per sentence, whatever the beams), and where the
+    logits come from: the whole vocabulary (both None), the shortlist's candidates with -inf elsewhere
+    (`candidate_rows`, `CandidateRows.get` of the output layer), or the candidates alone (`vocabulary`; the steps'
+    tokens are then its candidate indices)."""
 
     attention_mask: np.ndarray
     encoder_outputs: dict[str, np.ndarray]
     candidate_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     vocabulary: CandidateVocabulary | None = None
-
-    def repeated(self, times: int, pool: ArrayPool) -> "DecodingContext":
-        """Each sentence's rows `times` times in a row (beam search: one per beam), in `pool`'s arrays."""
-
-        def repeat(name: str, array: np.ndarray) -> np.ndarray:
-            rows = np.repeat(np.arange(len(array)), times)
-            return np.take(
-                array,
-                rows,
-                axis=0,
-                out=pool.get(f"repeated.{name}", (len(rows), *array.shape[1:]), array.dtype, zero=False),
-            )
-
-        return dataclasses.replace(
-            self,
-            attention_mask=repeat("attention_mask", self.attention_mask),
-            encoder_outputs={name: repeat(name, tensor) for name, tensor in self.encoder_outputs.items()},
-        )
 
     def feeds(self) -> dict[str, np.ndarray]:
         """The decoder step's inputs that stay the same at every step."""
@@ -460,10 +545,11 @@ class OnnxSeq2SeqModel(GenerationMixin):
         providers = providers or ["CPUExecutionProvider"]
         self.encoder = onnxruntime.InferenceSession(str(onnx_dir / ENCODER_FILE), session_options, providers=providers)
         self.decoder = onnxruntime.InferenceSession(str(onnx_dir / DECODER_FILE), session_options, providers=providers)
-        if "position" not in {node.name for node in self.decoder.get_inputs()}:
+        earlier = earlier_format(self.decoder.get_inputs())
+        if earlier is not None:
             raise ValueError(
-                f"{onnx_dir / DECODER_FILE} is a decoder step of an earlier export (a decoding state that grows each "
-                "step); export the model again with export_onnx"
+                f"{onnx_dir / DECODER_FILE} is a decoder step of an earlier export ({earlier}); export the model "
+                "again with export_onnx"
             )
         self.written_in_place = written_in_place(onnx.load(str(onnx_dir / DECODER_FILE), load_external_data=False))
         self.output_layer = onnxruntime.InferenceSession(
@@ -487,8 +573,11 @@ class OnnxSeq2SeqModel(GenerationMixin):
             if node.name.startswith("cross.")
         }
 
-    def decoding_buffers(self, context: DecodingContext, rows: int, max_positions: int) -> DecodingBuffers:
-        """The decoder step of one call over `rows` rows of `context`, for at most `max_positions` positions."""
+    def decoding_buffers(
+        self, context: DecodingContext, rows: int, max_positions: int, prefix: str = ""
+    ) -> DecodingBuffers:
+        """The decoder step of one call over `rows` rows of `context`, for at most `max_positions` positions (arrays
+        named with `prefix` in the engine's pool)."""
         capacity = max(1, min(max_positions, self.first_capacity))
         return DecodingBuffers(
             self.decoder,
@@ -499,6 +588,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
             max_positions,
             self.output_layer,
             self.arrays,
+            prefix,
         )
 
     def step(self, buffers: DecodingBuffers, input_ids: torch.Tensor, context: DecodingContext) -> np.ndarray:
@@ -576,6 +666,24 @@ class OnnxSeq2SeqModel(GenerationMixin):
             sequences = self.greedy_search(decoder_input_ids, context, *search_options)
         return sequences if vocabulary is None else vocabulary.to_vocabulary(sequences)
 
+    def first_beam_step(
+        self,
+        first_buffers: DecodingBuffers,
+        buffers: DecodingBuffers,
+        input_ids: torch.Tensor,
+        context: DecodingContext,
+        num_beams: int,
+    ) -> np.ndarray:
+        """Beam search's first step, whose beams are all the same (the prompt `input_ids` (batch, length) and an empty
+        state): run once per sentence on `first_buffers`, its state copied to each beam's row of `buffers` and its
+        logits repeated for the beams (an array of the pool), what a step of every beam gives."""
+        logits = self.step(first_buffers, input_ids, context)
+        buffers.copy_beams_from(first_buffers, num_beams)
+        shape = (len(logits) * num_beams, *logits.shape[1:])
+        beam_logits = self.arrays.get("first.beam_logits", shape, logits.dtype, zero=False)
+        beam_logits.reshape(len(logits), num_beams, *logits.shape[1:])[...] = logits[:, None]
+        return beam_logits
+
     def greedy_search(
         self, input_ids, context: DecodingContext, generation_config, logits_processor, stopping_criteria
     ) -> torch.LongTensor:
@@ -640,15 +748,15 @@ class OnnxSeq2SeqModel(GenerationMixin):
         fill_token: int,
     ) -> torch.LongTensor:
         """transformers' `_beam_search` loop (its own steps) over the ONNX decoder step, the top-k in the search head;
-        the decoding state follows the selected beams. `fill_token`: what follows the end of a finished hypothesis
-        (`beam_fill_token`)."""
+        the decoding state follows the selected beams, and the first step runs once per sentence (`first_beam_step`).
+        `fill_token`: what follows the end of a finished hypothesis (`beam_fill_token`)."""
         num_beams, max_length = generation_config.num_beams, generation_config.max_length
         eos_token_id = generation_config._eos_token_tensor
         early_stopping, length_penalty = generation_config.early_stopping, generation_config.length_penalty
         batch_size, cur_len = input_ids.shape
         decoder_prompt_len = cur_len
-        context = context.repeated(num_beams, self.arrays)
         buffers = self.decoding_buffers(context, batch_size * num_beams, max_length - 1)
+        first_buffers = self.decoding_buffers(context, batch_size, 1, prefix="first.")
         in_graph = takes_processors(logits_processor)
 
         n_eos_tokens = eos_token_id.shape[0] if eos_token_id is not None else 0
@@ -668,7 +776,10 @@ class OnnxSeq2SeqModel(GenerationMixin):
         beam_indices = running_beam_indices.clone()
         while True:
             flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
-            logits = self.step(buffers, flat_running_sequences, context)
+            if cur_len == decoder_prompt_len:
+                logits = self.first_beam_step(first_buffers, buffers, input_ids, context, num_beams)
+            else:
+                logits = self.step(buffers, flat_running_sequences, context)
             topk_log_probs, topk_indices = self.top_continuations(
                 logits, flat_running_sequences, running_beam_scores, logits_processor, beams_to_keep, in_graph
             )

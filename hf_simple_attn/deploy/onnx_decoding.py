@@ -82,11 +82,13 @@ class DecodingBuffers:
     """One call's decoder step, bound once (see the module docstring): `step(tokens, position)` runs the graph for
     `tokens` (rows,) at `position` (the number of earlier tokens) and returns its `hidden_states` (rows, d_model),
     the same array each step; `logits()` runs the output layer graph on it, into one (rows, vocab) array kept for
-    the call; `reorder(beam_idx, length)` moves rows for beam search.
+    the call; `reorder(beam_idx, length)` moves rows for beam search, `copy_beams_from(first, beams)` copies the
+    state of a call's first step run once per sentence.
 
     session: the decoder step graph's `InferenceSession`; aliased: `written_in_place` of its graph; feeds: the
-    encoder's `encoder_attention_mask` and `cross.*` arrays, one row per decoded row; capacity: the slots to start
-    with; max_positions: the most positions the call decodes; output_layer: the output layer graph's session."""
+    encoder's `encoder_attention_mask` and `cross.*` arrays, one row per sentence; capacity: the slots to start
+    with; max_positions: the most positions the call decodes; output_layer: the output layer graph's session;
+    prefix: of the names of its arrays in `pool`, for a second set in one call."""
 
     def __init__(
         self,
@@ -98,13 +100,17 @@ class DecodingBuffers:
         max_positions: int,
         output_layer,
         pool: ArrayPool,
+        prefix: str = "",
     ):
         self.session, self.aliased, self.rows, self.max_positions = session, aliased, rows, max_positions
-        self.output_layer, self.output_binding, self.output_logits, self.pool = output_layer, None, None, pool
-        self.input_ids = pool.get("input_ids", (rows, 1), np.int64)
-        self.position = pool.get("position", (), np.int64)
+        self.output_layer, self.output_binding, self.output_logits = output_layer, None, None
+        self.pool, self.prefix = pool, prefix
+        self.input_ids = self.array("input_ids", (rows, 1), np.int64)
+        self.position = self.array("position", (), np.int64)
         output = session.get_outputs()[0]
-        self.hidden_states = pool.get("hidden_states", (rows, output.shape[-1]), ONNX_DTYPES[output.type], zero=False)
+        self.hidden_states = self.array(
+            "hidden_states", (rows, output.shape[-1]), ONNX_DTYPES[output.type], zero=False
+        )
         self.feeds = feeds
         self.past_nodes = [node for node in session.get_inputs() if node.name.startswith("past.")]
         # The buffers with slots (self attention's keys and values); the others are a family's fixed-size states.
@@ -120,10 +126,14 @@ class DecodingBuffers:
         self.capacity = capacity
         self.bind()
 
+    def array(self, name: str, shape, dtype, zero: bool = True) -> np.ndarray:
+        """The pool's array `name` (under the prefix): `ArrayPool.get`."""
+        return self.pool.get(self.prefix + name, shape, dtype, zero)
+
     def zeros(self, node, capacity: int, name: str) -> np.ndarray:
         """A zero buffer for a `past.*` input: its symbolic dimension (the slots) at `capacity`."""
         shape = [self.rows, *(size if isinstance(size, int) else capacity for size in node.shape[1:])]
-        return self.pool.get(name, shape, ONNX_DTYPES[node.type])
+        return self.array(name, shape, ONNX_DTYPES[node.type])
 
     def bind(self) -> None:
         """Bind every input and output to its array (an `OrtValue` over the array's memory, no copy): one binding,
@@ -166,7 +176,7 @@ class DecodingBuffers:
         if self.output_binding is None:
             output = self.output_layer.get_outputs()[0]
             shape, dtype = (self.rows, output.shape[-1]), ONNX_DTYPES[output.type]
-            self.output_logits = self.pool.get("logits", shape, dtype, zero=False)
+            self.output_logits = self.array("logits", shape, dtype, zero=False)
             self.output_binding = self.output_layer.io_binding()
             self.output_binding.bind_ortvalue_input("hidden_states", OrtValue.ortvalue_from_numpy(self.hidden_states))
             self.output_binding.bind_ortvalue_output("logits", OrtValue.ortvalue_from_numpy(self.output_logits))
@@ -196,6 +206,17 @@ class DecodingBuffers:
                 buffer[moved, :, :length] = buffer[sources, :, :length]
             else:
                 buffer[moved] = buffer[sources]
+
+    def copy_beams_from(self, first: "DecodingBuffers", beams: int) -> None:
+        """The state that `first`, a row per sentence, holds after the call's first step, in each of the sentence's
+        `beams` rows here (the sentence's beams in adjacent rows): the slots `first` has, the whole of a state."""
+        for name, buffer in self.past.items():
+            source = first.past[name]
+            by_sentence = buffer.reshape(len(source), beams, *buffer.shape[1:])  # a view: the buffer is contiguous
+            if name in self.slotted:
+                by_sentence[:, :, :, : first.capacity] = source[:, None]
+            else:
+                by_sentence[...] = source[:, None]
 
 
 # Processors whose effect on a step's scores depends on the step's length alone: each either adds a bias to some

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from .attention_heads import AttentionContext, AttentionHeads
+from .attention_heads import AttentionContext, AttentionHeads, GroupSpec
 from .attention_ops import attention_dropout, dot_product_scores
 
 
@@ -16,6 +16,10 @@ class DotProductHeads(AttentionHeads):
     paper = "Vaswani et al. 2017, Attention Is All You Need"
 
     uses_query_key = True
+
+    @classmethod
+    def independent_queries(cls, spec: GroupSpec) -> bool:
+        return True  # softmax(qKᵀ/√d) of each query row alone
 
     def forward(
         self,

@@ -238,6 +238,11 @@ class GaussianMixtureHeads(AttentionHeads):
     def scores_keys(cls, spec: GaussianMixtureSpec) -> bool:
         return spec["fusion"] != "gmm_only"
 
+    @classmethod
+    def independent_queries(cls, spec: GaussianMixtureSpec) -> bool:
+        # The synthesis network's means are running sums over the queries, kept from step to step.
+        return spec["normalization"] != "none"
+
     def __init__(self, spec: GaussianMixtureSpec, config, site: str, layer_idx: int, head_dim: int, **kwargs):
         super().__init__(spec, config, site, layer_idx, head_dim, **kwargs)
         hidden_size = spec["hidden_size"] or head_dim

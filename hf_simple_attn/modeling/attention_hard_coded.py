@@ -143,6 +143,10 @@ class HardCodedGaussianHeads(AttentionHeads):
     takes_zeroed_padding = True  # padded keys are zeroed values: the weights need no mask
 
     @classmethod
+    def independent_queries(cls, spec: GroupSpec) -> bool:
+        return True  # each query's weights come from its position alone
+
+    @classmethod
     def normalize_spec(cls, spec: dict, site: str, field: str) -> HardCodedSpec:
         spec = super().normalize_spec(spec, site, field)
         offsets = spec.get("offsets", DEFAULT_OFFSETS[site])

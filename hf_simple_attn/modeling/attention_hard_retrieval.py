@@ -32,7 +32,7 @@ The parameters are exactly those of `dot`, so a model trained with one can decod
 import torch
 from torch import nn
 
-from .attention_heads import AttentionContext, AttentionHeads
+from .attention_heads import AttentionContext, AttentionHeads, GroupSpec
 from .attention_ops import dot_product_scores, kept_attention_bias, python_constant
 
 
@@ -130,6 +130,10 @@ class HardRetrievalHeads(AttentionHeads):
 
     uses_query_key = True
     takes_zeroed_padding = True  # a padded key is never retrieved while a real one is allowed
+
+    @classmethod
+    def independent_queries(cls, spec: GroupSpec) -> bool:
+        return True  # each query's own arg-max (or draw) over its scores
 
     def forward(
         self,

@@ -311,6 +311,14 @@ class AttentionHeads(nn.Module):
         return None
 
     @classmethod
+    def independent_queries(cls, spec: GroupSpec) -> bool:
+        """Whether the group computes each query's output from that query alone (its vector and its position, with
+        the keys, values and padding mask), never from the other queries nor from a decoding state: the queries of
+        several rows at one position over the same keys may then run as one row's queries (the ONNX engine's beam
+        search runs a sentence's beams so, over its cross-attention keys and values once: `deploy/export.py`)."""
+        return False
+
+    @classmethod
     def rolls_back(cls, spec: GroupSpec) -> str | None:
         """Why a decoding cache of this group cannot be cropped (assisted and prompt-lookup decoding roll rejected
         tokens back), or None when it can: keys and values alone are cropped, per-step state is not."""
