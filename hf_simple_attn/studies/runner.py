@@ -616,8 +616,6 @@ def script_module(study: Study):
     import importlib.util
 
     script = REPO_ROOT / TASKS[study.task]["script"]
-    if str(script.parent) not in sys.path:
-        sys.path.insert(0, str(script.parent))  # run_translation_no_trainer imports its sibling the same way
     spec = importlib.util.spec_from_file_location(script.stem, script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
