@@ -440,6 +440,9 @@ def translate_missing(
     rows = list(rows)
     with tempfile.TemporaryDirectory(prefix="distill-onnx-") as work_dir:
         model, engine = load_teacher(teacher, engine, distill_args.distill_engine, work_dir, load_kwargs)
+        # Every batch bounds its length by `max_new_tokens`; a checkpoint's own `max_length` would make `generate`
+        # warn at each batch that both are set.
+        model.generation_config.max_length = None
         if engine not in manifest["engines"]:
             manifest["engines"].append(engine)
             write_manifest(folder, manifest)
