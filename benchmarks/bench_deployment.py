@@ -130,14 +130,10 @@ def pytorch_engine(model, length_control: str, **options):
 
 
 def onnx_engine(onnx_dir, threads: int, length_control: str, use_shortlist: bool = False):
-    import onnxruntime
-
     from hf_simple_attn.deploy.export import OnnxSeq2SeqModel
+    from hf_simple_attn.deploy.onnx_sessions import session_options
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as OnnxSeq2SeqModel's default
-    model = OnnxSeq2SeqModel(onnx_dir, session_options=options)
+    model = OnnxSeq2SeqModel(onnx_dir, session_options=session_options(threads))
 
     def decode(batch: torch.Tensor, num_beams: int, new_tokens: int) -> torch.Tensor:
         return model.generate(

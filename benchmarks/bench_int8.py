@@ -65,17 +65,14 @@ def generate_engine(model, tokenizer):
 
 def onnx_engines(path: str, workdir: str, threads: int) -> dict:
     """ONNX Runtime float32 and int8 engines of a checkpoint, through `OnnxSeq2SeqModel.generate`."""
-    import onnxruntime
-
     from hf_simple_attn.deploy.export import OnnxSeq2SeqModel, export_onnx
+    from hf_simple_attn.deploy.onnx_sessions import session_options
     from hf_simple_attn.deploy.quantize import quantize_onnx_int8
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     fp32_dir = export_onnx(path, os.path.join(workdir, "onnx-fp32"))
     int8_dir = quantize_onnx_int8(fp32_dir, os.path.join(workdir, "onnx-int8"))
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as OnnxSeq2SeqModel's default
+    options = session_options(threads)
     return {
         f"onnx-{kind}": generate_engine(OnnxSeq2SeqModel(folder, session_options=options), tokenizer)
         for kind, folder in (("fp32", fp32_dir), ("int8", int8_dir))

@@ -117,3 +117,22 @@ def test_model_attention_outputs_are_the_weights_used(tiny_marian_kwargs):
     decoder_weights = out.decoder_attentions[0][0]
     assert_hand_computed(decoder_weights[1, 1], [N1, N0, 0.0], decimals=6)
     assert out.cross_attentions[0].shape == (1, 4, 3, 5)
+
+
+def test_a_decoding_step_over_static_slots_reads_only_the_kernel_reach(config):
+    """The exported decoding step (`window_step`) gathers the slots within the kernel's reach around its position and
+    cuts padded ones from its weights: the output of weighing every slot with the full table and zeroed padded
+    values, at every position of a cache longer than the reach, the first ones included."""
+    module = heads("decoder_self", config, offsets=[0, -1])
+    first, last = module.kernel_reach(True, torch.float64)
+    assert (first, last) == (-9, 0)  # offset -1 and radius 8 in float64 (`gaussian_radius`)
+    slots = 3 - first
+    generator = torch.Generator().manual_seed(0)
+    value = torch.randn(2, 2, slots, 3, dtype=torch.float64, generator=generator)
+    mask = torch.ones(2, slots, dtype=torch.bool)
+    mask[1, 4] = False
+    for position in range(slots):
+        step = module.window_step(value, mask, torch.tensor([position]), True)
+        table = module.weight_table(torch.tensor([position]), torch.arange(slots), True)  # (heads, 1, slots)
+        expected = torch.matmul(table[None], value * mask[:, None, :, None])
+        torch.testing.assert_close(step, expected, rtol=1e-12, atol=1e-15)

@@ -27,9 +27,13 @@ from hf_simple_attn.deploy.export import (
     export_onnx,
     save_onnx,
 )
+from hf_simple_attn.deploy.onnx_decoding import candidate_layer_graph
+from hf_simple_attn.deploy.onnx_sessions import inference_session
 from hf_simple_attn.deploy.quantize import quantize_onnx_int8
 from hf_simple_attn.modeling.attention import SimpleAttention
 from hf_simple_attn.modeling.attention_registry import ATTENTION_FAMILIES
+from hf_simple_attn.modeling.candidate_vocabulary import CandidateVocabulary
+from hf_simple_attn.modeling.vocab_shortlist import CandidateRows
 
 from conftest import TINY_MARIAN, assert_same_maths, make_model, model_reductions
 
@@ -400,6 +404,66 @@ def test_onnx_shortlist_decodes_as_the_pytorch_shortlist(tmp_path):
     assert ((int8_model.output_weight - onnx_model.output_weight).abs() <= row_step / 2 + 1e-7).all()
     assert torch.equal(int8_model.shortlist.candidates, onnx_model.shortlist.candidates)
     assert torch.equal(int8_model.output_bias, onnx_model.output_bias)
+    # The int8 folder computes the candidates' logits in int8 (`candidate_layer_graph`): close to float32 over the
+    # same rows, apart by the hidden states' quantisation; the float32 folder keeps float32.
+    assert onnx_model.candidate_layer is None and int8_model.candidate_layer is not None
+    mask = int8_model.shortlist.batch_mask(input_ids, attention_mask)
+    rows = CandidateRows().get(mask, int8_model.output_weight, int8_model.output_bias)
+    vocabulary = CandidateVocabulary(*rows, vocab_size)
+    context = DecodingContext(attention_mask.numpy(), int8_model.encode(input_ids, attention_mask), None, vocabulary)
+    context.candidate_layer = int8_model.int8_candidate_layer(vocabulary)
+    buffers = int8_model.decoding_buffers(context, 4, 1)
+    first_tokens = torch.zeros((4, 1), dtype=torch.long)  # candidate indices
+    logits = torch.from_numpy(int8_model.step(buffers, first_tokens, context).copy())
+    float_logits = vocabulary.logits(torch.from_numpy(buffers.hidden_states))
+    assert logits.shape == float_logits.shape == (4, len(vocabulary.ids))
+    assert not torch.equal(logits, float_logits)
+    torch.testing.assert_close(logits, float_logits, rtol=0, atol=0.02 * float_logits.abs().max().item())
+
+
+@needs_onnxruntime
+def test_int8_candidate_layer_is_onnx_runtime_dynamic_quantisation():
+    """The int8 logits of the candidates: the hidden states quantised at each step as ONNX Runtime's
+    `DynamicQuantizeLinear` defines it (uint8 over [min(0, x), max(0, x)] with a zero point, ties to even), times
+    the candidates' int8 rows, scaled per candidate, plus the bias; here against that definition in numpy."""
+    import numpy as np
+
+    session = inference_session(candidate_layer_graph())
+    rng = np.random.default_rng(0)
+    hidden_states = rng.standard_normal((5, 16), dtype=np.float32)
+    weight = rng.integers(-127, 128, (16, 7), dtype=np.int8)
+    scale = rng.uniform(0.001, 0.01, 7).astype(np.float32)
+    bias = rng.standard_normal(7, dtype=np.float32)
+    feeds = {"hidden_states": hidden_states, "weight": weight, "scale": scale, "bias": bias}
+    (logits,) = session.run(None, feeds)
+    low, high = min(hidden_states.min(), 0.0), max(hidden_states.max(), 0.0)
+    step = np.float32((high - low) / 255)
+    zero_point = np.clip(np.round(-low / step), 0, 255)
+    quantised = np.clip(np.round(hidden_states / step) + zero_point, 0, 255)
+    expected = (quantised - zero_point) @ weight.astype(np.float64) * step * scale + bias
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_onnxruntime
+def test_engine_sessions_leave_out_the_slower_skip_layer_norm_fusion(tmp_path, onnx_models):
+    """ONNX Runtime fuses each residual `Add` + `LayerNormalization` of the graphs into `SkipLayerNormalization`, a
+    kernel 7x slower on the CPU: the engines' sessions (`inference_session`) leave that fusion out, where a plain
+    session makes it."""
+    import onnx
+    import onnxruntime
+
+    graph = onnx_models("base")[1].onnx_dir / DECODER_FILE
+
+    def optimised_ops(open_session, name: str) -> set[str]:
+        options = onnxruntime.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / name)
+        open_session(graph, options)
+        return {node.op_type for node in onnx.load(tmp_path / name, load_external_data=False).graph.node}
+
+    plain = optimised_ops(lambda path, options: onnxruntime.InferenceSession(str(path), options), "plain.onnx")
+    assert "SkipLayerNormalization" in plain
+    engine = optimised_ops(inference_session, "engine.onnx")
+    assert "SkipLayerNormalization" not in engine and "LayerNormalization" in engine
 
 
 @needs_onnxruntime

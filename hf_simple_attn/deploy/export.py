@@ -56,11 +56,15 @@ from .onnx_decoding import (
     FIRST_CAPACITY,
     ArrayPool,
     DecodingBuffers,
+    OutputLayer,
     SearchHead,
+    candidate_layer_graph,
     step_bias,
     takes_processors,
     written_in_place,
 )
+from .onnx_sessions import inference_session
+from .onnx_sessions import session_options as default_session_options
 from .onnx_translation import TRANSLATIONS
 
 
@@ -500,12 +504,14 @@ class DecodingContext:
     `attention_mask` and the encoder's `cross.*` outputs (a row per sentence, whatever the beams), and where the
     logits come from: the whole vocabulary (both None), the shortlist's candidates with -inf elsewhere
     (`candidate_rows`, `CandidateRows.get` of the output layer), or the candidates alone (`vocabulary`; the steps'
-    tokens are then its candidate indices)."""
+    tokens are then its candidate indices), whose logits an int8 folder computes in int8 (`candidate_layer`, the
+    graph and the candidates' int8 rows)."""
 
     attention_mask: np.ndarray
     encoder_outputs: dict[str, np.ndarray]
     candidate_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     vocabulary: CandidateVocabulary | None = None
+    candidate_layer: OutputLayer | None = None
 
     def feeds(self) -> dict[str, np.ndarray]:
         """The decoder step's inputs that stay the same at every step."""
@@ -528,23 +534,18 @@ class OnnxSeq2SeqModel(GenerationMixin):
     first_capacity = FIRST_CAPACITY  # the slots of a call's buffers before they grow
 
     def __init__(self, onnx_dir, session_options=None, providers: list[str] | None = None):
-        """`session_options`: ONNX Runtime's, for the graphs; by default its own with worker threads that do not
-        spin after a run (set `session.intra_op.allow_spinning` to "0" in yours): a spinning pool holds the cores
-        while the next graph, or the Python work between steps, runs (1.65x slower greedy decoding of 64 sentences
-        with 2 threads at opus-mt size, int8)."""
+        """`session_options`: ONNX Runtime's, for the graphs; by default the engines' own
+        (`onnx_sessions.session_options`: worker threads that do not spin after a run; set
+        `session.intra_op.allow_spinning` to "0" in yours)."""
         import onnx
-        import onnxruntime
 
-        if session_options is None:
-            session_options = onnxruntime.SessionOptions()
-            session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session_options = default_session_options() if session_options is None else session_options
         onnx_dir = Path(onnx_dir)
         self.onnx_dir = onnx_dir
         self.config = SimpleAttnMarianConfig.from_pretrained(onnx_dir)
         self.generation_config = GenerationConfig.from_pretrained(onnx_dir)
-        providers = providers or ["CPUExecutionProvider"]
-        self.encoder = onnxruntime.InferenceSession(str(onnx_dir / ENCODER_FILE), session_options, providers=providers)
-        self.decoder = onnxruntime.InferenceSession(str(onnx_dir / DECODER_FILE), session_options, providers=providers)
+        self.encoder = inference_session(onnx_dir / ENCODER_FILE, session_options, providers)
+        self.decoder = inference_session(onnx_dir / DECODER_FILE, session_options, providers)
         earlier = earlier_format(self.decoder.get_inputs())
         if earlier is not None:
             raise ValueError(
@@ -552,12 +553,14 @@ class OnnxSeq2SeqModel(GenerationMixin):
                 "again with export_onnx"
             )
         self.written_in_place = written_in_place(onnx.load(str(onnx_dir / DECODER_FILE), load_external_data=False))
-        self.output_layer = onnxruntime.InferenceSession(
-            str(onnx_dir / OUTPUT_FILE), session_options, providers=providers
-        )
+        self.output_layer = inference_session(onnx_dir / OUTPUT_FILE, session_options, providers)
         self.search_head = SearchHead(session_options, providers)
         self.arrays = ArrayPool()  # a call's buffers, kept for the next call
-        self.shortlist, self.output_weight, self.output_bias = load_shortlist(self.config, onnx_dir / SHORTLIST_FILE)
+        shortlist = load_shortlist(self.config, onnx_dir / SHORTLIST_FILE)
+        self.shortlist, self.output_weight, self.output_bias, self.output_int8 = shortlist
+        self.candidate_layer = None
+        if self.output_int8 is not None:
+            self.candidate_layer = inference_session(candidate_layer_graph(), session_options, providers)
 
     @classmethod
     def can_generate(cls) -> bool:
@@ -586,7 +589,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
             rows,
             capacity,
             max_positions,
-            self.output_layer,
+            context.candidate_layer or OutputLayer(self.output_layer, self.output_layer.get_outputs()[0].shape[-1]),
             self.arrays,
             prefix,
         )
@@ -598,7 +601,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         if context.vocabulary is not None:
             last_tokens = context.vocabulary.to_vocabulary(last_tokens)
         hidden_states = buffers.step(last_tokens.numpy(), input_ids.shape[1] - 1)
-        if context.vocabulary is not None:
+        if context.vocabulary is not None and context.candidate_layer is None:
             return context.vocabulary.logits(torch.from_numpy(hidden_states)).float().numpy()
         if context.candidate_rows is not None:
             rows = context.candidate_rows
@@ -659,12 +662,24 @@ class OnnxSeq2SeqModel(GenerationMixin):
         encoder_outputs = self.encode(input_ids, attention_mask)
         decoder_input_ids = torch.full((batch_size, 1), int(generation_config._decoder_start_token_tensor))
         context = DecodingContext(attention_mask.numpy(), encoder_outputs, candidate_rows, vocabulary)
+        if vocabulary is not None and self.candidate_layer is not None:
+            context.candidate_layer = self.int8_candidate_layer(vocabulary)
         search_options = (generation_config, logits_processor, stopping_criteria)
         if mode == GenerationMode.BEAM_SEARCH:
             sequences = self.beam_search(decoder_input_ids, context, *search_options, fill_token)
         else:
             sequences = self.greedy_search(decoder_input_ids, context, *search_options)
         return sequences if vocabulary is None else vocabulary.to_vocabulary(sequences)
+
+    def int8_candidate_layer(self, vocabulary: CandidateVocabulary) -> OutputLayer:
+        """`candidate_layer_graph` over the candidates of `vocabulary`, with their int8 rows (an int8 folder's)."""
+        weight, scale = self.output_int8
+        feeds = {
+            "weight": np.ascontiguousarray(weight[vocabulary.ids].numpy().T),  # (d_model, candidates)
+            "scale": scale[vocabulary.ids].numpy(),
+            "bias": np.ascontiguousarray(vocabulary.bias.numpy(), dtype=np.float32),
+        }
+        return OutputLayer(self.candidate_layer, len(vocabulary.ids), feeds)
 
     def first_beam_step(
         self,
@@ -842,19 +857,24 @@ class OnnxSeq2SeqModel(GenerationMixin):
         return sequences[:, : decoder_prompt_len + (beam_indices + 1).bool().sum(dim=1).max()]
 
 
-def load_shortlist(config, path: Path) -> tuple[VocabShortlist | None, torch.Tensor | None, torch.Tensor | None]:
-    """(shortlist, output layer rows (vocab, d_model; float32, from int8 in an int8 folder), biases (vocab,)) of
+def load_shortlist(
+    config, path: Path
+) -> tuple[VocabShortlist | None, torch.Tensor | None, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+    """(shortlist, output layer rows (vocab, d_model; float32, from int8 in an int8 folder), biases (vocab,), and
+    in an int8 folder the rows as stored (int8 (vocab, d_model), one float32 scale per row (vocab,))) of
     `save_shortlist`'s file; Nones without one."""
     if not path.is_file():
-        return None, None, None
+        return None, None, None, None
     from safetensors.torch import load_file
 
     tensors = load_file(str(path))
     shortlist = VocabShortlist(config)
     shortlist.candidates.copy_(tensors["candidates"])
     shortlist.frequent.copy_(tensors["frequent"])
+    output_int8 = None
     if "output_weight_int8" in tensors:
-        output_weight = tensors["output_weight_int8"].float() * tensors["output_weight_scale"][:, None]
+        output_int8 = tensors["output_weight_int8"], tensors["output_weight_scale"]
+        output_weight = output_int8[0].float() * output_int8[1][:, None]
     else:
         output_weight = tensors["output_weight"]
-    return shortlist, output_weight, tensors["output_bias"]
+    return shortlist, output_weight, tensors["output_bias"], output_int8

@@ -35,6 +35,7 @@ from ..modeling.modeling_simple_attn_bert import (
 )
 from ..modeling.stack import check_inputs
 from .export import export_program, length_dim, write_onnx
+from .onnx_sessions import inference_session
 
 
 MODEL_FILE = "model.onnx"
@@ -160,16 +161,11 @@ class OnnxBertModel:
     device = torch.device("cpu")
 
     def __init__(self, onnx_dir, session_options=None, providers: list[str] | None = None):
-        import onnxruntime
-
         self.onnx_dir = Path(onnx_dir)
         self.config = SimpleAttnBertConfig.from_pretrained(self.onnx_dir)
         self.output_class = MODEL_CLASSES[model_class_name(self.config)][1]
         self.max_length = length_limit(self.config).max
-        providers = providers or ["CPUExecutionProvider"]
-        self.session = onnxruntime.InferenceSession(
-            str(self.onnx_dir / MODEL_FILE), session_options, providers=providers
-        )
+        self.session = inference_session(self.onnx_dir / MODEL_FILE, session_options, providers)
         self.output_names = [node.name for node in self.session.get_outputs()]
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None):

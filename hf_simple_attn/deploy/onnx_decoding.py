@@ -18,6 +18,7 @@ one row of biases for the step (`step_bias`), which is exact for those that mask
 length alone (`takes_processors`); a call with any other processor searches in PyTorch.
 """
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -34,6 +35,8 @@ from transformers.generation.logits_process import (
     SuppressTokensAtBeginLogitsProcessor,
     SuppressTokensLogitsProcessor,
 )
+
+from .onnx_sessions import inference_session
 
 
 FIRST_CAPACITY = 64
@@ -78,16 +81,50 @@ class ArrayPool:
         return array
 
 
+@dataclasses.dataclass
+class OutputLayer:
+    """A graph from a step's `hidden_states` (rows, d_model) to its `logits` (rows, `width`) and the arrays it takes
+    besides, the same at every step of a call: the output layer graph (none), or `candidate_layer_graph` over a
+    call's candidates (their int8 rows)."""
+
+    session: object
+    width: int
+    feeds: dict = dataclasses.field(default_factory=dict)
+
+
+def candidate_layer_graph() -> bytes:
+    """The output layer over a call's candidates for an int8 folder, in int8 as its graphs' other matrix products
+    (ONNX Runtime's `DynamicQuantizeMatMul`: the hidden states quantised at each step): `hidden_states` (rows,
+    d_model) float32, `weight` (d_model, candidates) int8 with one `scale` per candidate (candidates,) and `bias`
+    (candidates,) float32 -> `logits` (rows, candidates). 4x faster than float32 at opus-mt size (256 rows, 4,100
+    candidates: 1.6 ms against 6.8 ms), a tenth of a beam-4 call."""
+    value = helper.make_tensor_value_info
+    inputs = [
+        value("hidden_states", TensorProto.FLOAT, ["rows", "d_model"]),
+        value("weight", TensorProto.INT8, ["d_model", "candidates"]),
+        value("scale", TensorProto.FLOAT, ["candidates"]),
+        value("bias", TensorProto.FLOAT, ["candidates"]),
+    ]
+    node = helper.make_node(
+        "DynamicQuantizeMatMul", ["hidden_states", "weight", "scale", "", "bias"], ["logits"], domain="com.microsoft"
+    )
+    outputs = [value("logits", TensorProto.FLOAT, ["rows", "candidates"])]
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(helper.make_graph([node], "candidate_layer", inputs, outputs), opset_imports=opsets)
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
 class DecodingBuffers:
     """One call's decoder step, bound once (see the module docstring): `step(tokens, position)` runs the graph for
     `tokens` (rows,) at `position` (the number of earlier tokens) and returns its `hidden_states` (rows, d_model),
     the same array each step; `logits()` runs the output layer graph on it, into one (rows, vocab) array kept for
-    the call; `reorder(beam_idx, length)` moves rows for beam search, `copy_beams_from(first, beams)` copies the
+    the call (`OutputLayer`); `reorder(beam_idx, length)` moves rows for beam search, `copy_beams_from(first, beams)` copies the
     state of a call's first step run once per sentence.
 
     session: the decoder step graph's `InferenceSession`; aliased: `written_in_place` of its graph; feeds: the
     encoder's `encoder_attention_mask` and `cross.*` arrays, one row per sentence; capacity: the slots to start
-    with; max_positions: the most positions the call decodes; output_layer: the output layer graph's session;
+    with; max_positions: the most positions the call decodes; output_layer: the graph `logits()` runs;
     prefix: of the names of its arrays in `pool`, for a second set in one call."""
 
     def __init__(
@@ -98,7 +135,7 @@ class DecodingBuffers:
         rows: int,
         capacity: int,
         max_positions: int,
-        output_layer,
+        output_layer: OutputLayer,
         pool: ArrayPool,
         prefix: str = "",
     ):
@@ -170,17 +207,19 @@ class DecodingBuffers:
         return self.hidden_states
 
     def logits(self) -> np.ndarray:
-        """The output layer over the last step's hidden states: (rows, vocab), the same array each step."""
+        """The output layer over the last step's hidden states: (rows, width), the same array each step."""
         from onnxruntime import OrtValue
 
         if self.output_binding is None:
-            output = self.output_layer.get_outputs()[0]
-            shape, dtype = (self.rows, output.shape[-1]), ONNX_DTYPES[output.type]
-            self.output_logits = self.array("logits", shape, dtype, zero=False)
-            self.output_binding = self.output_layer.io_binding()
-            self.output_binding.bind_ortvalue_input("hidden_states", OrtValue.ortvalue_from_numpy(self.hidden_states))
+            session = self.output_layer.session
+            dtype = ONNX_DTYPES[session.get_outputs()[0].type]
+            self.output_logits = self.array("logits", (self.rows, self.output_layer.width), dtype, zero=False)
+            self.output_binding = session.io_binding()
+            feeds = {"hidden_states": self.hidden_states, **self.output_layer.feeds}
+            for name, array in feeds.items():
+                self.output_binding.bind_ortvalue_input(name, OrtValue.ortvalue_from_numpy(array))
             self.output_binding.bind_ortvalue_output("logits", OrtValue.ortvalue_from_numpy(self.output_logits))
-        self.output_layer.run_with_iobinding(self.output_binding)
+        self.output_layer.session.run_with_iobinding(self.output_binding)
         return self.output_logits
 
     def grow(self, capacity: int) -> None:
@@ -200,12 +239,12 @@ class DecodingBuffers:
         moved = np.flatnonzero(beam_idx != np.arange(len(beam_idx)))
         if not len(moved):
             return
-        sources = beam_idx[moved]
+        sources, moved = torch.from_numpy(beam_idx[moved]), torch.from_numpy(moved)
         for name, buffer in self.past.items():
+            rows = torch.from_numpy(buffer)  # the buffer's memory: PyTorch's gather and scatter use both cores
             if name in self.slotted:
-                buffer[moved, :, :length] = buffer[sources, :, :length]
-            else:
-                buffer[moved] = buffer[sources]
+                rows = rows[:, :, :length]
+            rows.index_copy_(0, moved, rows.index_select(0, sources))
 
     def copy_beams_from(self, first: "DecodingBuffers", beams: int) -> None:
         """The state that `first`, a row per sentence, holds after the call's first step, in each of the sentence's
@@ -321,10 +360,8 @@ class SearchHead:
     vocabulary fewer; greedy search's is then one arg-max, PyTorch's."""
 
     def __init__(self, session_options, providers: list[str]):
-        from onnxruntime import InferenceSession
-
         self.sessions = {
-            (beam, biased): InferenceSession(head_graph(beam, biased), session_options, providers=providers)
+            (beam, biased): inference_session(head_graph(beam, biased), session_options, providers)
             for beam, biased in ((False, True), (True, False), (True, True))
         }
 
@@ -353,4 +390,13 @@ class SearchHead:
         return scores, indices
 
 
-__all__ = ["ArrayPool", "DecodingBuffers", "SearchHead", "step_bias", "takes_processors", "written_in_place"]
+__all__ = [
+    "ArrayPool",
+    "DecodingBuffers",
+    "OutputLayer",
+    "SearchHead",
+    "candidate_layer_graph",
+    "step_bias",
+    "takes_processors",
+    "written_in_place",
+]

@@ -58,6 +58,15 @@ def zero_padding(value: torch.Tensor, key_padding_mask: torch.Tensor | None) -> 
     return value * key_padding_mask[:, None, :, None].to(value.dtype)
 
 
+def cut_padding(weights: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    """Weights (batch, heads, q_len, k_len) with those of padded keys cut (not renormalised): `zero_padding`'s
+    result for a per-example table, at the table's size instead of the values'. key_padding_mask: (batch, k_len)
+    bool, True at real tokens."""
+    if key_padding_mask is None:
+        return weights
+    return weights * key_padding_mask[:, None, None, :].to(weights.dtype)
+
+
 def apply_table(table: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """table (heads, q_len, k_len) × value (batch, heads, k_len, d) -> (batch, heads, q_len, d).
 
