@@ -14,6 +14,7 @@ from hf_simple_attn.studies.distillation import (
     TEACHER_STUDY,
     decoding_speeds,
     distillation_summary,
+    engine_ratio,
     load_distillation_studies,
     teacher_bootstrap,
     write_summary,
@@ -42,6 +43,7 @@ RUNS = {
 }
 SPEEDS = {
     "cpu": {"hc-sa": "1.05× (0.90-1.20)", "sh-x": "-"},
+    "engine": {"hc-sa": "1.10× (1.08-1.12)", "sh-x": "1.52× (1.50-1.55)"},
     "gpu": {"hc-sa": "0.89×", "sh-x": "1.24×"},
     "sources": [],
 }
@@ -126,17 +128,19 @@ def test_the_tables_text(studies_dir):
     table = results_table_of(summary).splitlines()
     assert table[0] == (
         "| layout | condition | seeds | test bleu | test chrf | Δ vs teacher (bleu) | steps to 98 % of the teacher | "
-        "p vs teacher (bleu) | CPU decoding vs base | GPU decoding vs base |"
+        "p vs teacher (bleu) | CPU eager vs base | CPU engine vs base | GPU decoding vs base |"
     )
     assert table[2] == (
         "| `hc-sa` | fine-tuned | 1,2 | 27.00 ± 1.41 | 48.00 ± 1.41 | -3.00 | 1,000, not reached | 0.500, 0.500 | "
-        "1.05× (0.90-1.20) | 0.89× |"
+        "1.05× (0.90-1.20) | 1.10× (1.08-1.12) | 0.89× |"
     )
     assert table[5] == (
         "| `sh-x` | fine-tuned | 1,2 | 27.00 ± 4.24 | 47.50 ± 3.54 | -3.00 | 500, not reached | 0.500, 0.500 | - | "
-        "1.24× |"
+        "1.52× (1.50-1.55) | 1.24× |"
     )
-    assert table[6] == "| `sh-x` | distilled | 1 | 20.00 | 40.00 | -10.00 | not reached | 0.500 | - | 1.24× |"
+    assert table[6] == (
+        "| `sh-x` | distilled | 1 | 20.00 | 40.00 | -10.00 | not reached | 0.500 | - | 1.52× (1.50-1.55) | 1.24× |"
+    )
     assert len(table) == 2 + 5  # hc-sa in three conditions, sh-x in two
     curves = curve_table_of(summary).splitlines()
     assert curves[0] == "| layout | condition | 500 | 1,000 | 1,500 |"
@@ -186,7 +190,8 @@ def test_without_the_teacher_nothing_is_invented(studies_dir):
     assert summary["teacher"] is None and summary["target_bleu"] is None
     assert summary["missing"][0] == {"study": TEACHER_STUDY, "condition": "teacher", "layout": "base", "seed": 1}
     assert results_table_of(summary).splitlines()[2] == (
-        "| `hc-sa` | fine-tuned | 1,2 | 27.00 ± 1.41 | 48.00 ± 1.41 | - | - | - | 1.05× (0.90-1.20) | 0.89× |"
+        "| `hc-sa` | fine-tuned | 1,2 | 27.00 ± 1.41 | 48.00 ± 1.41 | - | - | - | 1.05× (0.90-1.20) | "
+        "1.10× (1.08-1.12) | 0.89× |"
     )
     assert report_of(summary, "").startswith("The teacher has no result yet")
 
@@ -210,12 +215,28 @@ def test_decoding_speeds_are_the_committed_cells():
     gpu = json.loads((REPO / "benchmarks" / "results" / "gpu.json").read_text(encoding="utf-8"))
     decoding = next(c for c in gpu["decoding"]["cells"] if (c["batch_size"], c["num_beams"]) == (64, 1))
     assert speeds["gpu"]["sh-x"] == f"{decoding['models']['sh-x']['eager']['vs_base']['ratio_of_medians']:.2f}×"
-    assert len(speeds["sources"]) == 2
+    engine = json.loads((REPO / "benchmarks" / "results" / "deployment_layouts.json").read_text(encoding="utf-8"))
+    cell = next(c for c in engine["cells"] if (c["batch_size"], c["num_beams"]) == (64, 4))
+    ours, base = (cell["engines"][f"{name}/onnx-int8+shortlist"]["sentences_per_second"] for name in ("ran-d", "base"))
+    assert speeds["engine"]["ran-d"].startswith(f"{ours['median'] / base['median']:.2f}× (")
+    assert len(speeds["sources"]) == 3
     assert decoding_speeds(["sh-x"], REPO / "no-such-folder") == {
         "cpu": {"sh-x": "-"},
+        "engine": {"sh-x": "-"},
         "gpu": {"sh-x": "-"},
         "sources": [],
     }
+
+
+def test_engine_ratio_pairs_the_repeats():
+    def speeds(*values):
+        return {"sentences_per_second": {"median": sorted(values)[1], "values": list(values)}}
+
+    cell = {"batch_size": 64, "num_beams": 4, "engines": {"base/e": speeds(10, 20, 40), "sh-x/e": speeds(15, 30, 40)}}
+    data = {"cells": [cell]}
+    assert engine_ratio(data, "e", 64, 4, "sh-x") == "1.50× (1.00-1.50)"  # medians 30 / 20; repeats 1.5, 1.5, 1.0
+    assert engine_ratio(data, "e", 64, 1, "sh-x") == "-"  # no such cell
+    assert engine_ratio(data, "e", 64, 4, "ran-d") == "-"  # not measured
 
 
 def distill_summary_script():

@@ -44,6 +44,8 @@ METRICS = ("bleu", "chrf")
 EVALUATION_ARGUMENTS = ("dataset_name", "dataset_config_name", "source_lang", "target_lang", "max_predict_samples")
 BENCHMARK_RESULTS = REPO_ROOT / "benchmarks" / "results"
 GPU_DECODING_COLUMN = "greedy, batch 64, eager"  # of benchmarks/summarize.py's `gpu_preset_cells`
+# The CPU engine a layout is deployed with: bench_deployment.py's file, engine, batch size and beams.
+ENGINE_DECODING_CELL = ("deployment_layouts.json", "onnx-int8+shortlist", 64, 4)
 CHART = "validation_bleu.png"
 
 
@@ -166,10 +168,11 @@ def benchmarks_summarize():
 
 
 def decoding_speeds(layouts: list[str], results_dir: Path = BENCHMARK_RESULTS) -> dict:
-    """Each layout's decoding speed against `base`, as the "Which family when" table shows it: {"cpu": {layout:
-    cell}, "gpu": {layout: cell}, "sources": [what each column measured]}; "-" where not measured."""
+    """Each layout's decoding speed against `base`: {"cpu": {layout: cell}} PyTorch eager, as the "Which family
+    when" table shows it, {"engine": ...} the CPU engine (`ENGINE_DECODING_CELL`), {"gpu": ...}, and "sources" (what
+    each column measured); "-" where not measured."""
     summarize = benchmarks_summarize()
-    speeds = {"cpu": dict.fromkeys(layouts, "-"), "gpu": dict.fromkeys(layouts, "-"), "sources": []}
+    speeds = {kind: dict.fromkeys(layouts, "-") for kind in ("cpu", "engine", "gpu")} | {"sources": []}
     cpu_file, size, batch_size, num_beams = summarize.CPU_DECODING_CELL
     if (results_dir / cpu_file).is_file():
         data = json.loads((results_dir / cpu_file).read_text(encoding="utf-8"))
@@ -182,6 +185,17 @@ def decoding_speeds(layouts: list[str], results_dir: Path = BENCHMARK_RESULTS) -
             f"CPU: `benchmarks/results/{cpu_file}` ({environment['date'][:10]}, {environment['cpu_count']} × "
             f"{environment['cpu']}, PyTorch eager, size {size}, greedy, batch {batch_size}): sentences/s against "
             "`base`, ratio of medians (min-max of the paired ratios)"
+        )
+    engine_file, engine, batch_size, num_beams = ENGINE_DECODING_CELL
+    if (results_dir / engine_file).is_file():
+        data = json.loads((results_dir / engine_file).read_text(encoding="utf-8"))
+        for layout in layouts:
+            speeds["engine"][layout] = engine_ratio(data, engine, batch_size, num_beams, layout)
+        environment = data["environment"]
+        speeds["sources"].append(
+            f"CPU engine: `benchmarks/results/{engine_file}` ({environment['date'][:10]}, {environment['cpu_count']} "
+            f"× {environment['cpu']}, ONNX Runtime {engine}, size {data['settings']['size']}, beam {num_beams}, batch "
+            f"{batch_size}): sentences/s against `base`'s, ratio of medians (min-max of the paired repeats)"
         )
     if (results_dir / "gpu.json").is_file():
         data = json.loads((results_dir / "gpu.json").read_text(encoding="utf-8"))
@@ -196,6 +210,17 @@ def decoding_speeds(layouts: list[str], results_dir: Path = BENCHMARK_RESULTS) -
             f"{data['settings']['new_tokens']} new tokens): ratio of medians to `base`"
         )
     return speeds
+
+
+def engine_ratio(data: dict, engine: str, batch_size: int, num_beams: int, layout: str) -> str:
+    """'1.52× (1.49-1.55)': a layout's sentences/s against `base`'s with `engine` in bench_deployment.py's results,
+    ratio of medians and the min-max over repeats (measured interleaved, so paired); "-" where not measured."""
+    cell = next((c for c in data["cells"] if (c["batch_size"], c["num_beams"]) == (batch_size, num_beams)), None)
+    if cell is None or f"{layout}/{engine}" not in cell["engines"] or f"base/{engine}" not in cell["engines"]:
+        return "-"
+    speed, base = (cell["engines"][f"{name}/{engine}"]["sentences_per_second"] for name in (layout, "base"))
+    paired = [ours / theirs for ours, theirs in zip(speed["values"], base["values"], strict=True)]
+    return f"{speed['median'] / base['median']:.2f}× ({min(paired):.2f}-{max(paired):.2f})"
 
 
 def distillation_summary(studies: DistillationStudies, tests: dict | None = None, speeds: dict | None = None) -> dict:
@@ -248,7 +273,8 @@ def results_table(summary: dict) -> str:
         "Δ vs teacher (bleu)",
         f"steps to {TARGET_LABEL} of the teacher",
         "p vs teacher (bleu)",
-        "CPU decoding vs base",
+        "CPU eager vs base",
+        "CPU engine vs base",
         "GPU decoding vs base",
     ]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -265,6 +291,7 @@ def results_table(summary: dict) -> str:
                 steps_cell(entry["steps_to_target"]),
                 ", ".join(f"{outcome['bleu']['p_value']:.3f}" for outcome in paired) or "-",
                 speeds.get("cpu", {}).get(layout, "-"),
+                speeds.get("engine", {}).get(layout, "-"),
                 speeds.get("gpu", {}).get(layout, "-"),
             ]
             rows.append("| " + " | ".join(cells) + " |")
