@@ -7,6 +7,7 @@ import importlib.util
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -219,9 +220,9 @@ def test_decoding_state_layout_follows_the_families():
     """Hard-coded decoder self-attention keeps values only; GMM's synthesis network its running means; a layer
     without self attention nothing. Buffers have the slots the engine gives them (None)."""
     hard_coded = DecoderStepForExport(make_model("hc-sa", **SIZES))
-    assert [(spec.name, spec.shape) for spec in hard_coded.past] == [
-        ("past.0.self.value", (4, None, 8)),
-        ("past.1.self.value", (4, None, 8)),
+    assert [(spec.name, spec.shape, spec.lookback) for spec in hard_coded.past] == [
+        ("past.0.self.value", (4, None, 8), 6),  # a step reads its kernel's reach: 6 positions back in float32
+        ("past.1.self.value", (4, None, 8), 6),
     ]
     assert [(spec.name, spec.shape) for spec in DecoderStepForExport(make_model("gmm-synthesis", **SIZES)).past] == [
         ("past.0.self.key", (4, None, 8)),
@@ -328,6 +329,27 @@ def test_export_onnx_from_a_saved_folder_translates_through_the_pipeline(tmp_pat
 
 
 @needs_onnxruntime
+def test_beam_reorder_moves_only_the_slots_the_next_steps_read(onnx_models):
+    """The decoder step graph says which buffers a step reads only the last few slots of (`past_lookback`, from
+    `decoding_lookback`: a hard-coded layer's kernel reach); beam search's reorder moves those slots of them and every
+    written slot of the others."""
+    assert onnx_models("base")[1].lookbacks == {}
+    model, onnx_model = onnx_models("hc-sa")
+    assert onnx_model.lookbacks == {spec.name: 6 for spec in DecoderStepForExport(model).past}
+    input_ids, attention_mask = source_batch(2, 9, seed=3)
+    context = DecodingContext(attention_mask.numpy(), onnx_model.encode(input_ids, attention_mask))
+    buffers = onnx_model.decoding_buffers(context, 4, max_positions=12)
+    for index, buffer in enumerate(buffers.past.values()):
+        buffer[...] = index + np.arange(4, dtype=buffer.dtype)[:, None, None, None]  # row r holds r
+    buffers.reorder(np.array([1, 0, 3, 3], dtype=np.int32), length=10)
+    for index, buffer in enumerate(buffers.past.values()):
+        rows = buffer[:, 0, :, 0] - index  # (rows, slots)
+        np.testing.assert_array_equal(rows[:, 4:10], np.array([1, 0, 3, 3])[:, None].repeat(6, axis=1))
+        np.testing.assert_array_equal(rows[:, :4], np.arange(4)[:, None].repeat(4, axis=1))  # never read again
+        np.testing.assert_array_equal(rows[:, 10:], np.arange(4)[:, None].repeat(2, axis=1))  # not written yet
+
+
+@needs_onnxruntime
 def test_onnx_int8_graphs_store_int8_weights_and_stay_close_to_float32(tmp_path, onnx_models):
     onnx = pytest.importorskip("onnx")
     model, onnx_model = onnx_models("sh-x")
@@ -426,8 +448,6 @@ def test_int8_candidate_layer_is_onnx_runtime_dynamic_quantisation():
     """The int8 logits of the candidates: the hidden states quantised at each step as ONNX Runtime's
     `DynamicQuantizeLinear` defines it (uint8 over [min(0, x), max(0, x)] with a zero point, ties to even), times
     the candidates' int8 rows, scaled per candidate, plus the bias; here against that definition in numpy."""
-    import numpy as np
-
     session = inference_session(candidate_layer_graph())
     rng = np.random.default_rng(0)
     hidden_states = rng.standard_normal((5, 16), dtype=np.float32)

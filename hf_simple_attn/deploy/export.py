@@ -18,13 +18,13 @@ The graphs, for any layout (`export_encoder` / `export_decoder_step`, written as
   written for a model that has a shortlist, with the shortlist's tables).
 
 The decoding state (`DecoderStepForExport.past` lists it), per decoder layer i: `past.{i}.self.key` (absent for
-value-only heads) and `past.{i}.self.value`, (rows, slots or heads, length, head_dim), where length is the number
-of earlier tokens, or a fixed window for a layer whose heads read only the last few positions (hard-coded self
-attention, `decoding_lookback`: zeros before the first token, the oldest position slides out at each step); and
+value-only heads) and `past.{i}.self.value`, (rows, slots or heads, slots, head_dim), buffers whose slot i holds
+position i, written at the step's position; and
 `past.{i}.self.state.{name}` / `past.{i}.cross.state.{name}`, the running quantities a family keeps from step to
 step (the GMM synthesis network's means), rows first, zeros before the first step. Before the first step every
-`past.*` tensor is zeros, of length 0 where it grows. Beam search reorders every `past.*` tensor along the rows, and
-none of the `cross.*` ones (the same for all the beams of a sentence).
+`past.*` tensor is zeros. Beam search reorders every `past.*` tensor along the rows (of a buffer, the written slots,
+or the last few where a layer's step reads only those: the graph's `past_lookback` metadata, from
+`decoding_lookback`), and none of the `cross.*` ones (the same for all the beams of a sentence).
 
 `OnnxSeq2SeqModel` runs the ONNX graphs with ONNX Runtime and decodes (greedy or beam search) exactly as
 transformers' `generate` does with the PyTorch model, with or without the shortlist (whose search runs over the
@@ -34,6 +34,7 @@ tokenizer=...)` translates text with it.
 
 import contextlib
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -74,11 +75,13 @@ SHORTLIST_FILE = "shortlist.safetensors"
 
 @dataclasses.dataclass
 class PastSpec:
-    """One tensor of the decoding state: its input name (`present.*` as output) and its shape without the batch
-    dimension, None where it grows by one position per step."""
+    """One tensor of the decoding state: its input name (`present.*` as output), its shape without the batch
+    dimension (None: the slots of a buffer), and for a buffer of which a step reads only the slots of the last few
+    positions besides its own, how many (`lookback`; None: every written slot)."""
 
     name: str
     shape: tuple[int | None, ...]
+    lookback: int | None = None
 
 
 def beams_as_queries(attention) -> bool:
@@ -219,9 +222,10 @@ class DecoderStepForExport(nn.Module):
             if layer.self_attn is not None:
                 heads = layer.self_attn.heads
                 prefix = f"past.{index}.self."
+                lookback = heads.decoding_lookback(model.dtype)
                 if heads.query_key_slots:
-                    self.past.append(PastSpec(prefix + "key", (heads.query_key_slots, None, heads.head_dim)))
-                self.past.append(PastSpec(prefix + "value", (heads.num_heads, None, heads.head_dim)))
+                    self.past.append(PastSpec(prefix + "key", (heads.query_key_slots, None, heads.head_dim), lookback))
+                self.past.append(PastSpec(prefix + "value", (heads.num_heads, None, heads.head_dim), lookback))
             for site in ("self", "cross"):
                 for name, shape in sorted(states[site][index].items()):
                     self.past.append(PastSpec(f"past.{index}.{site}.state.{name}", shape))
@@ -454,10 +458,22 @@ def save_onnx(
         (export_output_layer(model), OutputLayerForExport(model), OUTPUT_FILE),
     ):
         write_onnx(program, out_dir / file_name, names, opset_version)
+    mark_lookbacks(out_dir / DECODER_FILE, DecoderStepForExport(model).past)
     if model.shortlist is not None:
         save_shortlist(model, out_dir / SHORTLIST_FILE)
     model.config.save_pretrained(out_dir)
     model.generation_config.save_pretrained(out_dir)
+
+
+def mark_lookbacks(path: Path, past: list[PastSpec]) -> None:
+    """Write the buffers' `lookback`s into the decoder step graph at `path` (its `past_lookback` metadata, JSON
+    {input name: positions}), for the engine's beam reordering; int8 quantisation keeps it."""
+    import onnx
+
+    lookbacks = {spec.name: spec.lookback for spec in past if spec.lookback is not None}
+    graph = onnx.load(str(path), load_external_data=False)  # the weights stay in their file
+    onnx.helper.set_model_props(graph, {"past_lookback": json.dumps(lookbacks, sort_keys=True)})
+    onnx.save(graph, str(path))
 
 
 def save_shortlist(model, path: Path) -> None:
@@ -553,6 +569,8 @@ class OnnxSeq2SeqModel(GenerationMixin):
                 "again with export_onnx"
             )
         self.written_in_place = written_in_place(onnx.load(str(onnx_dir / DECODER_FILE), load_external_data=False))
+        metadata = self.decoder.get_modelmeta().custom_metadata_map
+        self.lookbacks = json.loads(metadata.get("past_lookback", "{}"))  # folders from before it: every slot
         self.output_layer = inference_session(onnx_dir / OUTPUT_FILE, session_options, providers)
         self.search_head = SearchHead(session_options, providers)
         self.arrays = ArrayPool()  # a call's buffers, kept for the next call
@@ -585,6 +603,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         return DecodingBuffers(
             self.decoder,
             self.written_in_place,
+            self.lookbacks,
             context.feeds(),
             rows,
             capacity,

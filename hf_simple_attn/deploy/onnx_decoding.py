@@ -122,7 +122,8 @@ class DecodingBuffers:
     the call (`OutputLayer`); `reorder(beam_idx, length)` moves rows for beam search, `copy_beams_from(first, beams)` copies the
     state of a call's first step run once per sentence.
 
-    session: the decoder step graph's `InferenceSession`; aliased: `written_in_place` of its graph; feeds: the
+    session: the decoder step graph's `InferenceSession`; aliased: `written_in_place` of its graph; lookbacks: the
+    positions before its own that a step reads of a buffer that reads only those (`export.PastSpec.lookback`); feeds: the
     encoder's `encoder_attention_mask` and `cross.*` arrays, one row per sentence; capacity: the slots to start
     with; max_positions: the most positions the call decodes; output_layer: the graph `logits()` runs;
     prefix: of the names of its arrays in `pool`, for a second set in one call."""
@@ -131,6 +132,7 @@ class DecodingBuffers:
         self,
         session,
         aliased: set[str],
+        lookbacks: dict[str, int],
         feeds: dict,
         rows: int,
         capacity: int,
@@ -139,7 +141,8 @@ class DecodingBuffers:
         pool: ArrayPool,
         prefix: str = "",
     ):
-        self.session, self.aliased, self.rows, self.max_positions = session, aliased, rows, max_positions
+        self.session, self.aliased, self.lookbacks = session, aliased, lookbacks
+        self.rows, self.max_positions = rows, max_positions
         self.output_layer, self.output_binding, self.output_logits = output_layer, None, None
         self.pool, self.prefix = pool, prefix
         self.input_ids = self.array("input_ids", (rows, 1), np.int64)
@@ -234,8 +237,9 @@ class DecodingBuffers:
         self.bind()
 
     def reorder(self, beam_idx: np.ndarray, length: int) -> None:
-        """Row i becomes the old row `beam_idx[i]`, in place, for the rows whose beam changed: the first `length`
-        slots of the self-attention buffers (those written), the whole of a state."""
+        """Row i becomes the old row `beam_idx[i]`, in place, for the rows whose beam changed: of the self-attention
+        buffers the `length` slots written, or the last `lookbacks[name]` of them where the next steps read no
+        others, the whole of a state."""
         moved = np.flatnonzero(beam_idx != np.arange(len(beam_idx)))
         if not len(moved):
             return
@@ -243,7 +247,7 @@ class DecodingBuffers:
         for name, buffer in self.past.items():
             rows = torch.from_numpy(buffer)  # the buffer's memory: PyTorch's gather and scatter use both cores
             if name in self.slotted:
-                rows = rows[:, :, :length]
+                rows = rows[:, :, max(0, length - self.lookbacks.get(name, length)) : length]
             rows.index_copy_(0, moved, rows.index_select(0, sources))
 
     def copy_beams_from(self, first: "DecodingBuffers", beams: int) -> None:
