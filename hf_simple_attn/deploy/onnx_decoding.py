@@ -118,15 +118,15 @@ def candidate_layer_graph() -> bytes:
 class DecodingBuffers:
     """One call's decoder step, bound once (see the module docstring): `step(tokens, position)` runs the graph for
     `tokens` (rows,) at `position` (the number of earlier tokens) and returns its `hidden_states` (rows, d_model),
-    the same array each step; `logits()` runs the output layer graph on it, into one (rows, vocab) array kept for
-    the call (`OutputLayer`); `reorder(beam_idx, length)` moves rows for beam search, `copy_beams_from(first, beams)` copies the
-    state of a call's first step run once per sentence.
+    the same array each step; `logits()` runs the output layer (`OutputLayer`) on it, into one (rows, width) array
+    kept for the call; `reorder(beam_idx, length)` moves rows for beam search, `copy_beams_from(first, beams)` copies
+    the state of a call's first step run once per sentence.
 
-    session: the decoder step graph's `InferenceSession`; aliased: `written_in_place` of its graph; lookbacks: the
-    positions before its own that a step reads of a buffer that reads only those (`export.PastSpec.lookback`); feeds: the
-    encoder's `encoder_attention_mask` and `cross.*` arrays, one row per sentence; capacity: the slots to start
-    with; max_positions: the most positions the call decodes; output_layer: the graph `logits()` runs;
-    prefix: of the names of its arrays in `pool`, for a second set in one call."""
+    session: the decoder step graph's `InferenceSession`; aliased: `written_in_place` of its graph; lookbacks: for a
+    buffer of which a step reads only the last few slots besides its own, how many (`export.PastSpec.lookback`);
+    feeds: the encoder's `encoder_attention_mask` and `cross.*` arrays, one row per sentence; capacity: the slots to
+    start with; max_positions: the most positions the call decodes; output_layer: the graph `logits()` runs; prefix:
+    of the names of its arrays in `pool`, for a second set in one call."""
 
     def __init__(
         self,
