@@ -3,9 +3,10 @@
 - The worker threads do not spin after a run (`session.intra_op.allow_spinning` "0"): a spinning pool holds the
   cores while the next graph, or the Python work between steps, runs (1.65x slower greedy decoding of 64 sentences
   with 2 threads at opus-mt size, int8).
-- ONNX Runtime's `SkipLayerNormFusion` is turned off on the CPU: it replaces each residual `Add` + `LayerNormalization` with a
-  `SkipLayerNormalization` kernel that is 7x slower on the CPU (ONNX Runtime 1.32: 647 us against 88 us for the pair
-  at (256, 512), one thread), 10 % of a beam-4 call at opus-mt size. The graphs compute the same values either way.
+- ONNX Runtime's `SkipLayerNormFusion` is turned off on the CPU: it replaces each residual `Add` +
+  `LayerNormalization` with a `SkipLayerNormalization` kernel that is 7x slower there (ONNX Runtime 1.32: 647 us
+  against 88 us for the pair at (256, 512), one thread), 10 % of a beam-4 call at opus-mt size. The graphs compute
+  the same values either way.
 """
 
 from pathlib import Path
