@@ -452,13 +452,14 @@ def save_onnx(
     layer's graph, the model's config and generation config, and the shortlist's file for a model that has one."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    decoder_step = DecoderStepForExport(model)  # runs an eager step to read the state's layout: once
     for program, names, file_name in (
         (encoder_program, EncoderForExport(model), ENCODER_FILE),
-        (decoder_program, DecoderStepForExport(model), DECODER_FILE),
+        (decoder_program, decoder_step, DECODER_FILE),
         (export_output_layer(model), OutputLayerForExport(model), OUTPUT_FILE),
     ):
         write_onnx(program, out_dir / file_name, names, opset_version)
-    mark_lookbacks(out_dir / DECODER_FILE, DecoderStepForExport(model).past)
+    mark_lookbacks(out_dir / DECODER_FILE, decoder_step.past)
     if model.shortlist is not None:
         save_shortlist(model, out_dir / SHORTLIST_FILE)
     model.config.save_pretrained(out_dir)
@@ -572,6 +573,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
         metadata = self.decoder.get_modelmeta().custom_metadata_map
         self.lookbacks = json.loads(metadata.get("past_lookback", "{}"))  # folders from before it: every slot
         self.output_layer = inference_session(onnx_dir / OUTPUT_FILE, session_options, providers)
+        self.vocab_size = self.output_layer.get_outputs()[0].shape[-1]
         self.search_head = SearchHead(session_options, providers)
         self.arrays = ArrayPool()  # a call's buffers, kept for the next call
         shortlist = load_shortlist(self.config, onnx_dir / SHORTLIST_FILE)
@@ -608,7 +610,7 @@ class OnnxSeq2SeqModel(GenerationMixin):
             rows,
             capacity,
             max_positions,
-            context.candidate_layer or OutputLayer(self.output_layer, self.output_layer.get_outputs()[0].shape[-1]),
+            context.candidate_layer or OutputLayer(self.output_layer, self.vocab_size),
             self.arrays,
             prefix,
         )
