@@ -461,6 +461,8 @@ def test_int8_candidate_layer_is_onnx_runtime_dynamic_quantisation():
     zero_point = np.clip(np.round(-low / step), 0, 255)
     quantised = np.clip(np.round(hidden_states / step) + zero_point, 0, 255)
     expected = (quantised - zero_point) @ weight.astype(np.float64) * step * scale + bias
+    # tolerance: ONNX Runtime sums the int32 products exactly and rounds float32 twice (the scales' product, then
+    # the bias), against the float64 definition: a few float32 ulps of logits of magnitude ~1-10.
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
 
 
