@@ -29,9 +29,11 @@ While exporting, the fast path has no memo: encoder self attention is the same c
 the kernel's taps of the zero-padded values; cross attention, and decoder self attention over a static cache's slots
 (the exported decoder step), compute their table from the query positions in the graph, one copy per example.
 
-With a static cache (positions held on the device, `AttentionContext.query_start` None) both sites take the reference
-path: a step's table (heads, 1, k_len) is made from the positions, over every slot of the cache (windowed heads mask
-by their window, unwritten slots are cut by the causal mask), so every step has the same shapes.
+With a static cache (positions held on the device, `AttentionContext.query_start` None), a decoder self-attention
+step (`window_step`, the exported decoder step's too) gathers the slots within the kernel's reach of its position
+and weighs them with the relative kernel: the same few slots whatever `max_cache_len`, the same shapes at every step.
+The prefill and cross attention take the reference path: a table made from the positions over every slot (windowed
+heads mask by their window, unwritten slots are cut by the causal mask).
 """
 
 import math
@@ -299,7 +301,11 @@ class HardCodedGaussianHeads(AttentionHeads):
             # A decoder cache that dropped early positions holds only the last key_length keys.
             key_padding_mask = key_padding_mask[:, key_padding_mask.shape[1] - key_length :]
         static_positions = context.query_start is None  # a static cache: positions held on the device
-        if output_attentions or not self.fast_path or (static_positions and not is_exporting()):
+        if output_attentions or not self.fast_path:
+            return self.reference_forward(value, context, key_padding_mask, output_attentions)
+        if static_positions and self.site != "cross" and context.query_length == 1:  # a static decoding step
+            return self.window_step(value, key_padding_mask, context.query_positions, context.is_causal), None
+        if static_positions and not is_exporting():
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
         if context.padded_values_zeroed:
             key_padding_mask = None  # zeroed once, when the cross-attention cache was filled
@@ -369,10 +375,7 @@ class HardCodedGaussianHeads(AttentionHeads):
     ) -> torch.Tensor:
         """The fast path without branches on positions (see the module docstring): (batch, heads, q_len, d)."""
         positions = context.query_positions
-        static_slots = context.query_start is None and self.site != "cross"
-        if static_slots and positions.shape[0] == 1:  # a decoding step: the kernel's reach around its position
-            return self.window_step(value, key_padding_mask, positions, context.is_causal)
-        if self.site == "cross" or static_slots:
+        if self.site == "cross" or context.query_start is None:
             key_positions = self.key_positions(context, value.shape[-2])
             table = self.weight_table(positions, key_positions, context.is_causal and self.site != "cross")
             # A table per example: a broadcast product would make the exported program refuse a batch of one.
