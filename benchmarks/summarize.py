@@ -381,6 +381,34 @@ def int8(data: dict) -> list[str]:
     return lines + [""]
 
 
+def compiled_agreement(data: dict) -> list[str]:
+    """compiled_agreement.py: per checkpoint and dtype, the sentences compiled (and eager static-cache) decoding gives
+    as eager decoding does, the differing ones whose first different token is a rounding flip, and each way's logit
+    error against the float64 model (median and largest over the steps)."""
+
+    def error(way: dict) -> str:
+        return f"{way['logit_error']['median']:.2g}, {way['logit_error']['max']:.2g}"
+
+    settings = data["settings"]
+    lines = [
+        f"{settings['sentences']} test sentences of {settings['dataset_name']}, greedy, batch {settings['batch_size']}, "
+        f"compiled with {settings['backend']}",
+        "",
+        "| checkpoint | preset | dtype | static eager identical | compiled identical | differing | rounding flips | "
+        "identical but rounding | logit error eager / compiled (median, max) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, result in data["checkpoints"].items():
+        for dtype_name, ways in result["dtypes"].items():
+            compiled = ways["compiled"]
+            lines.append(
+                f"| {name} | {result['preset']} | {dtype_name} | {ways['static_eager']['identical']:.1%} | "
+                f"{compiled['identical']:.1%} | {compiled['differing']} | {compiled['rounding_flips']} | "
+                f"{compiled['identical_but_rounding']:.1%} | {error(ways['eager'])} / {error(compiled)} |"
+            )
+    return lines + [""]
+
+
 def shortlist(data: dict) -> list[str]:
     """bench_shortlist.py: coverage of the shortlist on trained checkpoints, BLEU and speed with and without it, and
     the output projection and decoding at a large vocabulary."""
@@ -520,6 +548,7 @@ def main(argv=None):
             "count_ops": count_ops,
             "gpu": gpu,
             "int8": int8,
+            "compiled_agreement": compiled_agreement,
             "shortlist": shortlist,
             "profile_beam": profile_beam,
             "profile_gpu": profile_gpu,

@@ -23,6 +23,7 @@ import bench_int8  # noqa: E402
 import bench_length_scaling  # noqa: E402
 import bench_shortlist  # noqa: E402
 import bench_training  # noqa: E402
+import compiled_agreement  # noqa: E402
 import count_ops  # noqa: E402
 import profile_beam  # noqa: E402
 import profile_gpu  # noqa: E402
@@ -604,3 +605,51 @@ def test_gpu_presets_table_gives_each_preset_its_ratios_to_base():
     assert rows["sh-x"].split(" | ")[1] == f"{ratio:.2f}×"
     with pytest.raises(ValueError, match="not measured"):
         summarize.gpu_presets(data, ["no-such-preset"])
+
+
+def test_compiled_agreement_classifies_each_first_difference():
+    """A sentence that differs where the two picks' exact gap is within the two ways' logit errors is a rounding
+    flip; one where the gap is wider is a defect; identical sentences are neither."""
+    pad = 0
+    reference = torch.tensor([[pad, 5, 6, 2], [pad, 5, 6, 2], [pad, 7, 2, pad]])
+    sequences = torch.tensor([[pad, 5, 6, 2], [pad, 5, 8, 2], [pad, 9, 2, pad]])
+    exact = torch.zeros(3, 3, 10, dtype=torch.float64)
+    exact[1, 1, 6], exact[1, 1, 8] = 1.0, 0.9  # row 1 differs at step 1 by 0.1
+    exact[2, 0, 7], exact[2, 0, 9] = 1.0, 0.0  # row 2 differs at step 0 by 1.0
+    logits = exact + 0.06  # this way's error: 0.06 at every step
+    reference_errors = torch.full((3, 3), 0.05, dtype=torch.float64)
+    way = compiled_agreement.Variant()
+    way.add(sequences, logits, exact, reference, reference_errors, pad)
+    summary = way.summary()
+    assert [(flip["step"], flip["rounding"]) for flip in way.flips] == [(1, True), (0, False)]
+    assert summary["differing"] == 2 and summary["rounding_flips"] == 1
+    assert summary["identical"] == pytest.approx(1 / 3) and summary["identical_but_rounding"] == pytest.approx(2 / 3)
+    assert summary["defects"][0]["gap"] == pytest.approx(1.0)
+    # errors over the steps with the reference's prefix: row 0's 3, row 1's 2, row 2's first
+    assert summary["logit_error"]["steps"] == 6 and summary["logit_error"]["max"] == pytest.approx(0.06)
+
+
+def test_compiled_agreement_benchmark(tmp_path):
+    """On a tiny checkpoint and the embedded corpus: dynamo's eager backend runs eager's operators on the static
+    cache, so in float32 every sentence is eager's and the logit errors are float32 rounding."""
+    tokenizer = build_tokenizer()
+    tokenizer.model_max_length = 16
+    model = make_model("hc-sa")
+    model.generation_config.max_length = 6
+    model.save_pretrained(tmp_path / "hc-sa")
+    tokenizer.save_pretrained(tmp_path / "hc-sa")
+    output = tmp_path / "compiled_agreement.json"
+    compiled_agreement.main(
+        ["--checkpoints", str(tmp_path / "hc-sa"), "--dataset-name", "embedded", "--sentences", "4"]
+        + ["--batch-size", "2", "--backend", "eager", "--threads", "1", "--output", str(output)]
+    )
+    data = load(output)
+    (result,) = data["checkpoints"].values()
+    assert result["preset"] == "hc-sa" and list(result["dtypes"]) == ["float32", "bfloat16"]
+    float32 = result["dtypes"]["float32"]
+    for way in ("static_eager", "compiled"):
+        assert float32[way]["identical"] == 1.0 and float32[way]["defects"] == []
+        assert 0 < float32[way]["logit_error"]["steps"] and float32[way]["logit_error"]["max"] < 1e-4
+    for ways in result["dtypes"].values():
+        compiled = ways["compiled"]
+        assert compiled["differing"] == compiled["rounding_flips"] + len(compiled["defects"])
