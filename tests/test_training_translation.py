@@ -499,7 +499,7 @@ def test_embedded_corpus_by_name(tmp_path):
     )
     assert metrics["train_samples"] == 32 and metrics["eval_samples"] == 4 and "eval_loss" in metrics
     card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
-    assert "hf_simple_attn:embedded" in card and "- de" in card
+    assert "hf_simple_attn.data:embedded" in card and "- de" in card
 
 
 def test_offline_corpus_options_are_checked():

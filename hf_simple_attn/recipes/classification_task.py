@@ -12,7 +12,6 @@ MCC, or mse and correlations for a regression).
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import datasets
 import numpy as np
@@ -32,6 +31,7 @@ from ..data import (
 from ..data.files import reference_file
 from ..metrics import load_metric
 from ..modeling.configuration_simple_attn_bert import CLASSIFIER_POOLINGS
+from . import model_card
 from .arguments import ModelArguments
 from .model_setup import load_pretrained_tokenizer, resumed_tokenizer
 from .tokenization import train_bert_tokenizer
@@ -329,15 +329,11 @@ def build_compute_metrics(task_name: str | None, is_regression: bool, num_labels
 
 
 def dataset_description(data_args: DataTrainingArguments) -> str:
-    """How the model card names the data: a Hub id when it is one, else where the data came from."""
+    """How the model card names the data (`model_card.dataset_label`); a GLUE task is `nyu-mll/glue`."""
     if data_args.task_name is not None:
         return "nyu-mll/glue"
-    if data_args.dataset_name in OFFLINE_DATASETS:
-        config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
-        return f"hf_simple_attn.data:{data_args.dataset_name}{config}"
-    if data_args.dataset_name is not None:
-        return data_args.dataset_name
-    return "local files: " + ", ".join(Path(path).name for path in (data_args.train_file, data_args.validation_file))
+    files = (data_args.train_file, data_args.validation_file)
+    return model_card.dataset_label(data_args.dataset_name, OFFLINE_DATASETS, data_args.dataset_config_name, files)
 
 
 __all__ = [

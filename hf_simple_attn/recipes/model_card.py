@@ -83,7 +83,8 @@ HUB_DATASET_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 NO_VALUE = (None, "", "-")
 # The checkpoint a card's usage snippets load: `from_pretrained("<repository id or folder>"`.
 USAGE_ID = re.compile(r'from_pretrained\("([^"]+)"')
-# How the training scripts name the package's corpora: `hf_simple_attn:embedded`, `hf_simple_attn.data:reuters (r8)`.
+# How the training scripts name the package's corpora (`dataset_label`): `hf_simple_attn.data:reuters (r8)`; the
+# earlier form `hf_simple_attn:embedded` is still read.
 LOCAL_CORPUS_LABEL = re.compile(r"^hf_simple_attn(?:\.data)?:(\w+)")
 # The package's corpora -> (name shown in the card, licence of the text or None where it is not stated).
 LOCAL_CORPORA = {
@@ -102,6 +103,19 @@ LOCAL_CORPORA = {
 }
 # Parameter names of attention sublayers: Marian-style `self_attn`/`encoder_attn`, BERT-style `.attention.`.
 ATTENTION_PARAMETER = re.compile(r"attn|\.attention\.")
+
+
+def dataset_label(
+    dataset_name: str | None, offline_corpora, config_name: str | None = None, files: tuple = ()
+) -> str:
+    """How a model card names the training data, the same in every training script: one of the package's corpora
+    (`offline_corpora`) as `hf_simple_attn.data:<name>`, with its configuration in brackets when one was given; a
+    Hub dataset by its id; else the names of the local `files`."""
+    if dataset_name in offline_corpora:
+        return f"hf_simple_attn.data:{dataset_name}" + (f" ({config_name})" if config_name else "")
+    if dataset_name is not None:
+        return dataset_name
+    return "local files: " + ", ".join(Path(path).name for path in files if path)
 
 
 def card_template() -> str:
@@ -188,7 +202,7 @@ def size_summary(config) -> str:
 
 def hub_dataset(dataset_name: str | None) -> str | None:
     """`dataset_name` when it is a Hub dataset id (what `datasets.load_dataset` loaded), else None: the package's
-    corpora (`hf_simple_attn:embedded`, ...) and local files are not on the Hub."""
+    corpora (`hf_simple_attn.data:embedded`, ...) and local files are not on the Hub."""
     return dataset_name if dataset_name and HUB_DATASET_ID.match(dataset_name) else None
 
 
@@ -227,7 +241,7 @@ def write_model_card(
     task: a key of `TASKS` ("translation", "summarization", "text-classification"; the encoder tasks of converted
     checkpoints). dataset_name: a Hub dataset id
     (listed under `datasets` and in the `model-index`) or any description of the data; the package's corpora
-    ("hf_simple_attn:embedded", ...) are named in the body with their licence. dataset_config: the Hub dataset's
+    ("hf_simple_attn.data:embedded", ...) are named in the body with their licence. dataset_config: the Hub dataset's
     configuration (`load_dataset`'s second argument: GLUE's task, WMT16's language pair), in the `model-index` and
     the body. metrics: the scripts'
     results (`eval_bleu`, `predict_chrf`, ...). base_model: the checkpoint the model was converted from, if any.

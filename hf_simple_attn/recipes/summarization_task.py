@@ -12,7 +12,6 @@ import logging
 import re
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 from datasets import DatasetDict, load_dataset
@@ -20,6 +19,7 @@ from datasets import DatasetDict, load_dataset
 from ..data import build_debian_summarization, data_file_columns, data_files_by_split, load_data_files
 from ..data.files import reference_file
 from ..metrics import load_metric
+from . import model_card
 from .arguments import ModelArguments
 from .model_setup import (
     build_seq2seq_model,
@@ -307,13 +307,9 @@ def build_compute_metrics(tokenizer):
 
 
 def dataset_description(data_args: DataTrainingArguments) -> str:
-    """How the model card names the data: a Hub id when it is one, else where the data came from."""
-    if data_args.dataset_name in OFFLINE_DATASETS:
-        return f"hf_simple_attn.data:{data_args.dataset_name}"
-    if data_args.dataset_name is not None:
-        return data_args.dataset_name
+    """How the model card names the data (`model_card.dataset_label`)."""
     files = (data_args.train_file, data_args.validation_file, data_args.test_file)
-    return "local files: " + ", ".join(Path(path).name for path in files if path)
+    return model_card.dataset_label(data_args.dataset_name, OFFLINE_DATASETS, data_args.dataset_config_name, files)
 
 
 __all__ = [

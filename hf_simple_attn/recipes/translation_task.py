@@ -12,7 +12,6 @@ and score alike (`TranslationScorer`: SacreBLEU BLEU and chrF against the raw re
 import logging
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 from datasets import DatasetDict, load_dataset
 
@@ -27,6 +26,7 @@ from ..data import (
     load_embedded_corpus,
 )
 from ..data.files import reference_file
+from . import model_card
 from .arguments import ModelArguments
 from .model_setup import (
     build_seq2seq_model,
@@ -384,13 +384,9 @@ class TranslationScorer:
 
 
 def dataset_label(data_args: DataTrainingArguments) -> str:
-    """How the card names the data: a Hub id, `hf_simple_attn:<corpus>`, or the local files."""
-    if data_args.dataset_name in OFFLINE_CORPORA:
-        return f"hf_simple_attn:{data_args.dataset_name}"
-    if data_args.dataset_name is not None:
-        return data_args.dataset_name
-    files = [data_args.train_file, data_args.validation_file, data_args.test_file]
-    return "local files: " + ", ".join(Path(path).name for path in files if path is not None)
+    """How the card names the data (`model_card.dataset_label`)."""
+    files = (data_args.train_file, data_args.validation_file, data_args.test_file)
+    return model_card.dataset_label(data_args.dataset_name, OFFLINE_CORPORA, data_args.dataset_config_name, files)
 
 
 __all__ = [
