@@ -125,6 +125,26 @@ def test_a_static_self_attention_cache_with_a_dynamic_cross_attention_cache_work
         torch.testing.assert_close(generate(model, num_beams=4, cache=cache), expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("preset", [*COMPILED_PRESETS, "gmm-synthesis"])
+def test_a_compiled_static_decoding_step_returns_only_its_logits(preset, dynamo_counters):
+    """A CUDA graph's outputs are overwritten by its next replay, so a compiled decoding step may return nothing that
+    outlives the step but its logits (which `generate` copies): a family that bound a new state tensor to the cache
+    at each step, instead of writing into its buffer, would add an output to the graph (gmm-synthesis: running
+    means)."""
+    returned = []
+
+    def recording_backend(graph_module, example_inputs):
+        (outputs,) = [node.args[0] for node in graph_module.graph.nodes if node.op == "output"]
+        returned.append([tuple(node.meta["example_value"].shape) for node in outputs])
+        return graph_module.forward
+
+    model = make_model(preset)
+    compile_config = CompileConfig(backend=recording_backend, mode=None, fullgraph=True)
+    with torch.no_grad():
+        generate(model, cache_implementation="static", compile_config=compile_config)
+    assert returned == [[(SOURCE.shape[0], 1, model.config.vocab_size)]]
+
+
 @pytest.mark.numerics
 @pytest.mark.parametrize("preset", COMPILED_PRESETS)
 def test_compiled_static_decoding_steps_have_one_graph_and_equal_eager(preset, dynamo_counters):
