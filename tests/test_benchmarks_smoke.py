@@ -36,6 +36,17 @@ def one_thread():
     torch.set_num_threads(1)  # the scripts set their own thread count
 
 
+def tiny_checkpoint(folder, preset: str) -> str:
+    """A tiny model of `preset` saved with a tokenizer in `folder/preset`, generating at most 6 tokens; its path."""
+    tokenizer = build_tokenizer()
+    tokenizer.model_max_length = 16  # the tiny models have 64 positions; test sentences are longer
+    model = make_model(preset)
+    model.generation_config.max_length = 6
+    model.save_pretrained(folder / preset)
+    tokenizer.save_pretrained(folder / preset)
+    return str(folder / preset)
+
+
 def load(path):
     with open(path) as handle:
         data = json.load(handle)
@@ -199,15 +210,7 @@ def test_length_scaling_benchmark(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 missing")
 def test_int8_benchmark(tmp_path):
-    tokenizer = build_tokenizer()
-    tokenizer.model_max_length = 16  # the tiny models have 64 positions; test sentences are longer
-    checkpoints = []
-    for preset in ("base", "hc-sa"):
-        model = make_model(preset)
-        model.generation_config.max_length = 6
-        model.save_pretrained(tmp_path / preset)
-        tokenizer.save_pretrained(tmp_path / preset)
-        checkpoints.append(str(tmp_path / preset))
+    checkpoints = [tiny_checkpoint(tmp_path, preset) for preset in ("base", "hc-sa")]
     output = tmp_path / "int8.json"
     bench_int8.main(
         [
@@ -257,17 +260,11 @@ def test_int8_benchmark(tmp_path):
 
 
 def test_shortlist_benchmark(tmp_path):
-    tokenizer = build_tokenizer()
-    tokenizer.model_max_length = 16  # the tiny models have 64 positions; test sentences are longer
-    model = make_model("base")
-    model.generation_config.max_length = 6
-    model.save_pretrained(tmp_path / "base")
-    tokenizer.save_pretrained(tmp_path / "base")
     output = tmp_path / "shortlist.json"
     bench_shortlist.main(
         [
             "--checkpoints",
-            str(tmp_path / "base"),
+            tiny_checkpoint(tmp_path, "base"),
             "--top-k",
             "3",
             "--frequent",
@@ -632,15 +629,9 @@ def test_compiled_agreement_classifies_each_first_difference():
 def test_compiled_agreement_benchmark(tmp_path):
     """On a tiny checkpoint and the embedded corpus: dynamo's eager backend runs eager's operators on the static
     cache, so in float32 every sentence is eager's and the logit errors are float32 rounding."""
-    tokenizer = build_tokenizer()
-    tokenizer.model_max_length = 16
-    model = make_model("hc-sa")
-    model.generation_config.max_length = 6
-    model.save_pretrained(tmp_path / "hc-sa")
-    tokenizer.save_pretrained(tmp_path / "hc-sa")
     output = tmp_path / "compiled_agreement.json"
     compiled_agreement.main(
-        ["--checkpoints", str(tmp_path / "hc-sa"), "--dataset-name", "embedded", "--sentences", "4"]
+        ["--checkpoints", tiny_checkpoint(tmp_path, "hc-sa"), "--dataset-name", "embedded", "--sentences", "4"]
         + ["--batch-size", "2", "--backend", "eager", "--threads", "1", "--output", str(output)]
     )
     data = load(output)
