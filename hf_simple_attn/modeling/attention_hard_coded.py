@@ -26,8 +26,8 @@ Under `torch.compile` they are built in the graph instead. The reference path (t
 `weight_table`) runs when the weights are requested or `fast_path` is off.
 
 While exporting, the fast path has no memo: encoder self attention is the same convolution, summed over all
-the kernel's taps of the zero-padded values; cross attention, and decoder self attention over a static cache's slots
-(the exported decoder step), compute their table from the query positions in the graph, one copy per example.
+the kernel's taps of the zero-padded values; cross attention, and decoder self attention of several queries over a
+static cache's slots, compute their table from the query positions in the graph, one copy per example.
 
 With a static cache (positions held on the device, `AttentionContext.query_start` None), a decoder self-attention
 step (`window_step`, the exported decoder step's too) gathers the slots within the kernel's reach of its position
