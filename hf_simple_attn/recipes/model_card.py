@@ -105,9 +105,7 @@ LOCAL_CORPORA = {
 ATTENTION_PARAMETER = re.compile(r"attn|\.attention\.")
 
 
-def dataset_label(
-    dataset_name: str | None, offline_corpora, config_name: str | None = None, files: tuple = ()
-) -> str:
+def dataset_label(dataset_name: str | None, offline_corpora, config_name: str | None = None, files: tuple = ()) -> str:
     """How a model card names the training data, the same in every training script: one of the package's corpora
     (`offline_corpora`) as `hf_simple_attn.data:<name>`, with its configuration in brackets when one was given; a
     Hub dataset by its id; else the names of the local `files`."""
