@@ -72,10 +72,10 @@ def test_every_training_script_names_the_data_alike(tmp_path):
                 dataset_name="libreoffice_help", dataset_config_name="de", source_lang="en", target_lang="de"
             )
         ),
-        summarization_task.dataset_description(
+        summarization_task.dataset_label(
             summarization_task.DataTrainingArguments(dataset_name="debian_summarization")
         ),
-        classification_task.dataset_description(
+        classification_task.dataset_label(
             classification_task.DataTrainingArguments(dataset_name="reuters", dataset_config_name="r8")
         ),
     ]
@@ -98,7 +98,7 @@ def test_every_training_script_names_the_data_alike(tmp_path):
     local = summarization_task.DataTrainingArguments(
         train_file=str(tmp_path / "train.jsonl"), validation_file=str(tmp_path / "dev.jsonl")
     )
-    assert summarization_task.dataset_description(local) == "local files: train.jsonl, dev.jsonl"
+    assert summarization_task.dataset_label(local) == "local files: train.jsonl, dev.jsonl"
 
 
 def test_translation_card_metadata_and_body(marian_model, tmp_path):

@@ -52,7 +52,7 @@ from hf_simple_attn.recipes.sampling import LengthGroupedSeq2SeqTrainer
 from hf_simple_attn.recipes.summarization_task import (
     DataTrainingArguments,
     build_compute_metrics,
-    dataset_description,
+    dataset_label,
     load_raw_datasets,
     make_preprocess_function,
     sequence_lengths,
@@ -200,7 +200,7 @@ def publish(trainer, model_args, data_args, language: str, summary: dict, metric
         args.output_dir,
         trainer.model,
         task="summarization",
-        dataset_name=dataset_description(data_args),
+        dataset_name=dataset_label(data_args),
         dataset_config=data_args.dataset_config_name,
         metrics=metrics,
         language=[language],

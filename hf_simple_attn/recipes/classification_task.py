@@ -328,7 +328,7 @@ def build_compute_metrics(task_name: str | None, is_regression: bool, num_labels
     return compute_metrics
 
 
-def dataset_description(data_args: DataTrainingArguments) -> str:
+def dataset_label(data_args: DataTrainingArguments) -> str:
     """How the model card names the data (`model_card.dataset_label`); a GLUE task is `nyu-mll/glue`."""
     if data_args.task_name is not None:
         return "nyu-mll/glue"
@@ -341,7 +341,7 @@ __all__ = [
     "DataTrainingArguments",
     "GlueModelArguments",
     "build_compute_metrics",
-    "dataset_description",
+    "dataset_label",
     "label_config",
     "load_raw_datasets",
     "make_preprocess_function",

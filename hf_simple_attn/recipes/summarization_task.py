@@ -306,7 +306,7 @@ def build_compute_metrics(tokenizer):
     return compute_metrics
 
 
-def dataset_description(data_args: DataTrainingArguments) -> str:
+def dataset_label(data_args: DataTrainingArguments) -> str:
     """How the model card names the data (`model_card.dataset_label`)."""
     files = (data_args.train_file, data_args.validation_file, data_args.test_file)
     return model_card.dataset_label(data_args.dataset_name, OFFLINE_DATASETS, data_args.dataset_config_name, files)
@@ -316,7 +316,7 @@ __all__ = [
     "OFFLINE_DATASETS",
     "DataTrainingArguments",
     "build_compute_metrics",
-    "dataset_description",
+    "dataset_label",
     "load_raw_datasets",
     "make_preprocess_function",
     "sequence_lengths",
