@@ -53,7 +53,7 @@ def parse_args(argv=None):
     return args
 
 
-def test_sources(args) -> list[str]:
+def source_sentences(args) -> list[str]:
     builder, _ = OFFLINE_CORPORA[args.dataset_name]
     split = builder(args.dataset_config_name, None)["test"]
     return [pair["en"] for pair in split.select(range(args.sentences))["translation"]]
@@ -107,11 +107,14 @@ class Variant:
     def __init__(self):
         self.errors, self.sentences, self.flips = [], 0, []
 
-    def add(self, sequences, logits, exact, reference, reference_errors, pad_token_id: int) -> None:
+    def add(self, sequences, logits, exact, reference, reference_errors, pad_token_id: int) -> torch.Tensor:
+        """One batch decoded this way; reference_errors: eager's logit errors (batch, steps), None for eager itself.
+        Returns this way's logit errors."""
         shared = shared_steps(sequences, reference, pad_token_id)
         steps = shared.shape[1]
         errors = (logits[:, :steps] - exact[:, :steps]).abs().amax(dim=-1)  # (batch, steps)
         self.errors.append(errors[shared])
+        reference_errors = errors if reference_errors is None else reference_errors
         self.sentences += sequences.shape[0]
         width = max(sequences.shape[1], reference.shape[1])
         outputs, expected = padded(sequences, width, pad_token_id), padded(reference, width, pad_token_id)
@@ -123,6 +126,7 @@ class Variant:
             gap = (exact[row, step, picks[0]] - exact[row, step, picks[1]]).abs().item()
             own_errors = reference_errors[row, step].item() + errors[row, step].item()
             self.flips.append({"step": step, "gap": gap, "errors": own_errors, "rounding": gap <= own_errors})
+        return errors
 
     def summary(self) -> dict:
         errors = torch.cat(self.errors)
@@ -140,16 +144,14 @@ class Variant:
 
 def measure_dtype(exact_model, model, batches: list[dict], args) -> dict:
     pad_token_id = model.generation_config.pad_token_id
-    ways = {"eager": {}, "static_eager": {"cache_implementation": "static"}}
-    ways["compiled"] = compiled_options(args.backend)
-    variants = {name: Variant() for name in ways}
+    ways = {"static_eager": {"cache_implementation": "static"}, "compiled": compiled_options(args.backend)}
+    variants = {name: Variant() for name in ("eager", *ways)}
     for batch in batches:
         reference, reference_logits = decode(model, batch, {})
         exact = exact_logits(exact_model, batch, reference)
-        steps = reference_logits.shape[1]
-        reference_errors = (reference_logits - exact[:, :steps]).abs().amax(dim=-1)
+        reference_errors = variants["eager"].add(reference, reference_logits, exact, reference, None, pad_token_id)
         for name, options in ways.items():
-            sequences, logits = (reference, reference_logits) if not options else decode(model, batch, options)
+            sequences, logits = decode(model, batch, options)
             variants[name].add(sequences, logits, exact, reference, reference_errors, pad_token_id)
     return {name: variant.summary() for name, variant in variants.items()}
 
@@ -179,7 +181,7 @@ def measure_checkpoint(path: str, sources: list[str], args) -> dict:
 def main(argv=None):
     args = parse_args(argv)
     common.setup_threads(args.threads)
-    sources = test_sources(args)
+    sources = source_sentences(args)
     checkpoints = {}
     for path in args.checkpoints:
         name = os.path.join(*os.path.normpath(path).split(os.sep)[-2:])  # study/run
