@@ -108,14 +108,18 @@ def test_training_never_samples_masked_keys_and_follows_softmax(fast_path):
     torch.testing.assert_close(frequencies, expected.float(), atol=sampling_tolerance(0.5, batch * 2), rtol=0)
 
 
-def test_sample_draws_as_multinomial_does():
-    probabilities = torch.softmax(torch.randn(3, 50, 7), dim=-1)
-    probabilities[0, :, 2] = 0.0
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_sample_draws_as_multinomial_does(dtype):
+    """The Gumbel-max draw from the scores is multinomial's draw from their softmax (float32), key for key."""
+    scores = (torch.randn(3, 50, 7) * 3).to(dtype)
+    scores[0, :, 2] = torch.finfo(dtype).min  # a masked key: never drawn
+    scores[1, :, 4] = -torch.inf
     torch.manual_seed(0)
-    drawn = sample(probabilities)
+    drawn = sample(scores)
     torch.manual_seed(0)
+    probabilities = torch.softmax(scores.float(), dim=-1)
     assert torch.equal(drawn, torch.multinomial(probabilities.view(-1, 7), 1).view(3, 50))
-    assert (drawn[0] != 2).all()
+    assert (drawn[0] != 2).all() and (drawn[1] != 4).all()
 
 
 # (query length, causal, padding of the 5 keys): cross attention's padding, decoder self attention's causal mask

@@ -18,9 +18,10 @@ The fast paths (the default; the reference path runs with `output_attentions`, o
 scores as one batched product with the mask as its added input (`baddbmm`; a causal mask alone is memoised, since it
 depends on positions only) and gather the retrieved values in the layout the projections have, so that neither the
 sublayer's merge of the heads nor the values' gradient needs a copy:
-- training: P only serves to draw the index (no autograd), as `torch.multinomial` draws it but without its validity
-  checks (`sample`); the soft output P·V, V held fixed, is PyTorch's fused SDPA kernel (the same masked scaled
-  softmax), whose backward gives dQ and dK in the projections' layout without a P saved for it.
+- training: the index is drawn from the scaled scores (no autograd) by the Gumbel-max trick, the same draws as
+  `torch.multinomial` makes from P without forming P and without its validity checks (`sample`); the soft output
+  P·V, V held fixed, is PyTorch's fused SDPA kernel (the same masked scaled softmax), whose backward gives dQ and dK
+  in the projections' layout without a P saved for it.
 - inference: argmax of the masked QKᵀ (the argmax of QKᵀ/√d is that of QKᵀ), no mask at all when every key is
   visible (no attention mask; encoder and cross attention, or a cached decoding step); no softmax, no weighted sum.
   Cached cross attention holds its values zeroed at the padded keys (once per generate: `takes_zeroed_padding`), so
@@ -32,7 +33,7 @@ The parameters are exactly those of `dot`, so a model trained with one can decod
 import torch
 from torch import nn
 
-from .attention_heads import AttentionContext, AttentionHeads, GroupSpec
+from .attention_heads import AttentionContext, AttentionHeads, GroupSpec, additive_mask
 from .attention_ops import dot_product_scores, kept_attention_bias, python_constant
 
 
@@ -85,8 +86,7 @@ def score_bias(context: AttentionContext, key_length: int, num_heads: int, dtype
 
     def build():
         allowed = context.allowed_keys(key_length)  # (batch, 1, q_len or 1, k_len)
-        shape = (allowed.shape[0], num_heads, *allowed.shape[2:])
-        return torch.full(shape, torch.finfo(dtype).min, dtype=dtype, device=allowed.device).masked_fill(allowed, 0.0)
+        return additive_mask(allowed.expand(allowed.shape[0], num_heads, *allowed.shape[2:]), dtype)
 
     return context.shared(("hard_retrieval_bias", key_length, num_heads, dtype), build)
 
@@ -106,12 +106,15 @@ def query_key_products(
     return torch.baddbmm(ignored, query_rows, key_columns, beta=0.0, alpha=scale)
 
 
-def sample(probabilities: torch.Tensor) -> torch.Tensor:
-    """One index per row drawn from `probabilities` (..., k_len) -> (...): the argmax of P / E with E ~ Exp(1), as
-    `torch.multinomial` draws one sample (the same draws from the same generator state), without its checks that
-    every row is a distribution (a softmax's always is), which run about ten more kernels inside that one operator."""
-    noise = torch.empty_like(probabilities).exponential_()
-    return (probabilities / noise).argmax(dim=-1)
+def sample(scores: torch.Tensor) -> torch.Tensor:
+    """One index per row drawn from P = softmax(scores) (..., k_len) -> (...), without forming P: the arg-max of
+    scores - log E with E ~ Exp(1) (the Gumbel-max trick) is the arg-max of P / E, by which `torch.multinomial` draws
+    one sample, so the draws are multinomial's from the same generator state (E in float32, as it draws for P in
+    float32). Two operators fewer than P / E (no softmax, no cast of the scores), and none of multinomial's checks
+    that every row is a distribution (a softmax's always is), which run about ten more kernels inside that operator.
+    Masked keys (scores at the dtype's minimum or -inf) are never drawn while an allowed key is left."""
+    noise = torch.empty_like(scores, dtype=torch.float32).exponential_()
+    return (scores - noise.log()).argmax(dim=-1)
 
 
 class HardRetrievalHeads(AttentionHeads):
@@ -195,9 +198,8 @@ class HardRetrievalHeads(AttentionHeads):
             rows = torch.cat([query, key], dim=2).flatten(0, 1)
             scale = query.shape[-1] ** -0.5
             scores = query_key_products(rows[:, :query_length], rows[:, query_length:], bias, scale)
-            # P in float32, as the reference samples from it: drawn as precisely in a half-precision compute dtype.
-            probabilities = torch.softmax(scores, dim=-1, dtype=torch.float32)
-            index = sample(probabilities).view(query.shape[:-1])  # (batch, heads, q_len)
+            # With a half-precision compute dtype, scores - log E is taken in float32, as the reference's P.
+            index = sample(scores).view(query.shape[:-1])  # (batch, heads, q_len)
         # As `dot`: SDPA's own causal kernel when the queries are every position of an unpadded sequence.
         is_causal = context.uses_causal_kernel(key_length)
         soft_output = nn.functional.scaled_dot_product_attention(

@@ -81,8 +81,10 @@ def true_or_false(value, field: str) -> bool:
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """0 where attending is allowed, the dtype's minimum elsewhere (as transformers does: no NaN on rows without
-    any allowed key)."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    any allowed key). Two operators: the minimum everywhere, then 0 where allowed (no negation of the mask)."""
+    return torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype, device=allowed.device).masked_fill(
+        allowed, 0.0
+    )
 
 
 @dataclass
