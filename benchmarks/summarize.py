@@ -160,7 +160,30 @@ def count_ops(data: dict) -> list[str]:
             cells.append(", ".join(f"{row['operator'].removeprefix('aten.')} {row['difference']:+d}" for row in top))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        lines += count_ops_by_module(data[kind])
     return lines
+
+
+def count_ops_by_module(models: dict) -> list[str]:
+    """Where each model's training step differs from base's: the modules (all layers together) whose operators differ
+    most, forward and backward; absent from runs made before count_ops named modules."""
+    rows = []
+    for name, model in models.items():
+        top = model.get("vs_base", {}).get("training_step", {}).get("module_differences", [])[:3]
+        if top:
+            cells = [
+                f"{row['module'].removeprefix('model.')} {sum(row['difference'].values()):+d} "
+                f"({row['difference']['forward']:+d} / {row['difference']['backward']:+d})"
+                for row in top
+            ]
+            rows.append(f"| {name} | " + ", ".join(cells) + " |")
+    if not rows:
+        return []
+    header = [
+        "| model | modules whose training-step operators differ most from base's, all layers (forward / backward) |",
+        "|---|---|",
+    ]
+    return header + rows + [""]
 
 
 # What the "identical to eager" share of bench_gpu.py's compiled decoding means, printed under its tables.

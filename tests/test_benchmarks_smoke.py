@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 from conftest import build_tokenizer, make_model
 
@@ -424,22 +425,62 @@ def test_count_ops(tmp_path):
                 assert model[step]["total"] == sum(model[step]["operators"].values()) > 0
                 ratio = model[step]["total"] / models["base"][step]["total"]
                 assert model["vs_base"][step]["ratio"] == pytest.approx(ratio)
-        assert models["base"]["vs_base"]["training_step"] == {"ratio": 1.0, "differences": []}
+        assert models["base"]["vs_base"]["training_step"] == {
+            "ratio": 1.0,
+            "differences": [],
+            "module_differences": [],
+        }
     # The counts are exact: a recount of MarianMTModel's training step gives the same operators.
     args = count_ops.parse_args(["--size", "tiny"])
     marian = count_ops.build("seq2seq", "MarianMTModel", count_ops.COUNT_SIZES["tiny"], args.seed).train()
     batch = count_ops.make_batch(marian, args)
-    assert (
-        count_ops.count_operators(lambda: count_ops.training_step(marian, batch))
-        == seq2seq["MarianMTModel"]["training_step"]
+    recount = count_ops.count_operators(
+        lambda: count_ops.training_step(marian, batch), modules=count_ops.module_names(marian)
     )
-    assert [check["check"].split(" operators")[0] for check in data["targets"]] == [
-        "hc-sa",
-        "hard-dec",
-        "base",
-        "hard-dec",
-    ]
-    assert all(check["reached"] == (check["measured"] <= check["target"]) for check in data["targets"])
+    modules = recount.pop("modules").values()  # every operator counted for one module
+    assert sum(count["forward"] + count["backward"] for count in modules) == recount["total"]
+    assert recount == seq2seq["MarianMTModel"]["training_step"]
+    assert "targets" not in data  # a diagnostic: the GPU figures decide
+    # hard-dec differs from base in its decoder's attention heads only
+    changed = {row["module"] for row in seq2seq["hard-dec"]["vs_base"]["training_step"]["module_differences"]}
+    assert changed == {"model.decoder.layers.self_attn.heads.groups", "model.decoder.layers.encoder_attn.heads.groups"}
+    assert "| hard-dec | decoder.layers." in "\n".join(summarize.count_ops(data))
+
+
+def test_operator_counter_names_the_module_of_each_operator():
+    """Forward operators count for the innermost module running, backward ones for the module whose forward recorded
+    them, the work between submodules for the enclosing module; a list's layers count together; an unhooked module's
+    operators count for the module around it."""
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Linear(3, 4)
+            self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+
+        def forward(self, x):
+            hidden = self.embed(x).exp()  # the model's own
+            for layer in self.layers:
+                hidden = torch.tanh(layer(hidden))  # tanh: the model's own too
+            return hidden.sum()
+
+    model, x = Model(), torch.randn(5, 3)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(x).backward()
+
+    counts = count_ops.count_operators(step, modules=count_ops.ModuleNames(model))
+    assert counts["total"] == 19
+    assert counts["modules"] == {
+        # exp, 2 tanh, sum and the loss's initial gradient (ones_like); backward: mul (exp), 2 tanh_backward
+        "(the model)": {"forward": 5, "backward": 3},
+        "embed": {"forward": 1, "backward": 2},  # addmm; mm and sum for the weight and bias (x needs no gradient)
+        "layers": {"forward": 2, "backward": 6},  # 2 x (addmm; mm for the input, mm and sum for the parameters)
+    }
+    unhooked = count_ops.count_operators(step, modules=count_ops.ModuleNames(model, unhooked=(model.embed,)))
+    assert unhooked["modules"]["(the model)"] == {"forward": 6, "backward": 5}
+    assert "embed" not in unhooked["modules"]
 
 
 def test_gpu_benchmark_largest_batch_search():
