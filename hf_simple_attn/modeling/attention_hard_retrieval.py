@@ -110,8 +110,8 @@ def sample(scores: torch.Tensor) -> torch.Tensor:
     """One index per row drawn from P = softmax(scores) (..., k_len) -> (...), without forming P: the arg-max of
     scores - log E with E ~ Exp(1) (the Gumbel-max trick) is the arg-max of P / E, by which `torch.multinomial` draws
     one sample, so the draws are multinomial's from the same generator state (E in float32, as it draws for P in
-    float32). Two operators fewer than P / E (no softmax, no cast of the scores), and none of multinomial's checks
-    that every row is a distribution (a softmax's always is), which run about ten more kernels inside that operator.
+    float32). One operator fewer than P / E (no cast of the scores and no softmax, one log), and none of multinomial's
+    checks that every row is a distribution (a softmax's always is), which run about ten more kernels inside it.
     Masked keys (scores at the dtype's minimum or -inf) are never drawn while an allowed key is left."""
     noise = torch.empty_like(scores, dtype=torch.float32).exponential_()
     return (scores - noise.log()).argmax(dim=-1)
