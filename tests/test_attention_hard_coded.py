@@ -132,7 +132,9 @@ def test_a_decoding_step_over_static_slots_reads_only_the_kernel_reach(config):
     mask = torch.ones(2, slots, dtype=torch.bool)
     mask[1, 4] = False
     for position in range(slots):
-        step = module.window_step(value, mask, torch.tensor([position]), True)
+        # A static cache's step: the position held on the device, given in the context's shared tensors.
+        context = AttentionContext(None, None, 1, True, shared_tensors={("positions",): torch.tensor([position])})
+        step = module.window_step(value, mask, context)
         table = module.weight_table(torch.tensor([position]), torch.arange(slots), True)  # (heads, 1, slots)
         expected = torch.matmul(table[None], value * mask[:, None, :, None])
         assert_same_maths(step, expected, reduction=slots)

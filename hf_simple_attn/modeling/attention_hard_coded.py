@@ -106,6 +106,29 @@ def memoised(key: tuple, build) -> torch.Tensor:
     return memo_for("gaussian_tables").kept(key, build)
 
 
+def window_slots(
+    context: AttentionContext,
+    first: int,
+    last: int,
+    batch_size: int,
+    num_slots: int,
+    key_padding_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The static-cache slots at distances first..last from the step's query position, clamped into the cache,
+    (taps,) long, and which of them a kernel tap may weigh, (batch, 1, 1, taps) bool: inside the cache and, with
+    `key_padding_mask` (batch, slots), real. Made once a step for all the layers that have the same reach."""
+
+    def build():
+        slots = context.query_positions + python_constant(list(range(first, last + 1)), context.device, torch.long)
+        clamped = slots.clamp(0, num_slots - 1)
+        kept = (clamped == slots)[None, None, None, :].expand(batch_size, 1, 1, -1)
+        if key_padding_mask is not None:
+            kept = kept & key_padding_mask.index_select(1, clamped)[:, None, None, :]
+        return clamped, kept
+
+    return context.shared(("hard_coded_window", first, last, batch_size, num_slots), build)
+
+
 def depthwise_convolution(value: torch.Tensor, channel_kernel: torch.Tensor, first_distance: int) -> torch.Tensor:
     """A depthwise convolution along the sequence, zero outside it, as one `conv1d`.
 
@@ -304,7 +327,7 @@ class HardCodedGaussianHeads(AttentionHeads):
         if output_attentions or not self.fast_path:
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
         if static_positions and self.site != "cross" and context.query_length == 1:  # a static decoding step
-            return self.window_step(value, key_padding_mask, context.query_positions, context.is_causal), None
+            return self.window_step(value, key_padding_mask, context), None
         if static_positions and not is_exporting():
             return self.reference_forward(value, context, key_padding_mask, output_attentions)
         if context.padded_values_zeroed:
@@ -384,20 +407,19 @@ class HardCodedGaussianHeads(AttentionHeads):
         return self.convolve(zero_padding(value, key_padding_mask), positions.shape[0], context.is_causal)
 
     def window_step(
-        self, value: torch.Tensor, key_padding_mask: torch.Tensor | None, position: torch.Tensor, is_causal: bool
+        self, value: torch.Tensor, key_padding_mask: torch.Tensor | None, context: AttentionContext
     ) -> torch.Tensor:
-        """One query at `position` (1,) over a static cache's slots (value (batch, heads, slots, d)): the slots within
-        the kernel's reach gathered, so a step reads a few slots whatever the cache's size (3x fewer than all 21 of a
-        20-token call at opus-mt size, where weighing every slot took a tenth of sh-x's beam-4 step). The same
-        weights as the full table up to the kernel's cut (`gaussian_radius`)."""
-        first, last = self.kernel_reach(is_causal, value.dtype)
-        slots = position + torch.arange(first, last + 1, device=value.device)  # (taps,)
-        outside = (slots < 0) | (slots >= value.shape[-2])
-        slots = slots.clamp(0, value.shape[-2] - 1)
-        kernel = self.relative_kernel(is_causal, value.dtype, value.device).masked_fill(outside, 0)  # (heads, taps)
-        table = kernel[:, None, :].repeat(value.shape[0], 1, 1, 1)  # (batch, heads, 1, taps)
-        mask = None if key_padding_mask is None else key_padding_mask.index_select(1, slots)
-        return torch.matmul(cut_padding(table, mask), value.index_select(2, slots))
+        """One query at `context.query_positions` (1,) over a static cache's slots (value (batch, heads, slots, d)):
+        the slots within the kernel's reach gathered, so a step reads a few slots whatever the cache's size (3x fewer
+        than all 21 of a 20-token call at opus-mt size, where weighing every slot took a tenth of sh-x's beam-4 step).
+        The same weights as the full table up to the kernel's cut (`gaussian_radius`). Which slots, and which of them
+        count, is made once a step for all the layers of the same reach (`window_slots`): a layer selects its kernel's
+        taps (a table per example, as exporting needs), gathers the slots and takes one product."""
+        first, last = self.kernel_reach(context.is_causal, value.dtype)
+        slots, kept = window_slots(context, first, last, value.shape[0], value.shape[-2], key_padding_mask)
+        kernel = self.relative_kernel(context.is_causal, value.dtype, value.device)  # (heads, taps)
+        table = kernel[:, None, :] * kept  # (batch, heads, 1, taps)
+        return torch.matmul(table, value.index_select(2, slots))
 
     def convolve(self, value: torch.Tensor, query_length: int, is_causal: bool) -> torch.Tensor:
         """Self attention as a sum over the kernel's taps of shifted, zero-padded values (batch, heads, k_len, d),
