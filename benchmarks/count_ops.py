@@ -21,6 +21,9 @@ their one-time build.
 - Decoding step (seq2seq): eval mode, no gradients, as `generate` runs it: the encoder once, a decoder prefill
   of `--prefill-tokens` tokens that fills the cache, then one counted step of one new token
   (`model(encoder_outputs=..., attention_mask=..., decoder_input_ids=last_token, cache=cache, use_cache=True)`).
+- Static decoding step (seq2seq): the same in a static cache (`StaticCache` halves of `prefill + 1` and the source's
+  positions), eager: the step that `generate(cache_implementation="static", compile_config=...)` compiles and, on a
+  GPU with `mode="reduce-overhead"`, replays as a CUDA graph, whose replay still runs one kernel per fused group.
 
 Batch: `--batch-size` sentences of `--source-length` (+ `--target-length`) tokens, with an attention_mask;
 the last sentence is `--padding` tokens shorter (mask 0, labels -100), as in a tokenizer's padded batch, so
@@ -51,7 +54,7 @@ import re
 import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import BertConfig, BertModel, MarianConfig, MarianMTModel
+from transformers import BertConfig, BertModel, EncoderDecoderCache, MarianConfig, MarianMTModel, StaticCache
 
 from hf_simple_attn import SimpleAttnBertConfig, SimpleAttnBertModel, SimpleAttnMarianConfig, SimpleAttnMarianMTModel
 from hf_simple_attn.modeling.presets import list_presets
@@ -64,6 +67,7 @@ import summarize
 # The papers' layer and head counts at a small width (counts depend on layers and heads, hardly on widths).
 COUNT_SIZES = {"paper-depth": dict(d_model=64, layers=6, heads=8, ffn_dim=128, vocab_size=1000), **SIZES}
 KINDS = {"seq2seq": common.MARIAN, "encoder": common.BERT}  # model kind -> transformers' model of that kind
+STEPS = ("training_step", "decoding_step", "static_decoding_step")
 TOP_DIFFERENCES = 10
 
 
@@ -257,9 +261,11 @@ def training_step(model, batch: dict, autocast: bool = False) -> None:
     loss.backward()
 
 
-def decoding_step(model, batch: dict, prefill_tokens: int) -> dict:
+def decoding_step(model, batch: dict, prefill_tokens: int, static: bool = False) -> dict:
     """The operators of one cached decoding step of one new token, after the encoder and a decoder prefill of
-    `prefill_tokens` tokens (uncounted), as `generate` runs it."""
+    `prefill_tokens` tokens (uncounted), as `generate` runs it; with `static`, in a user-built static cache
+    (`EncoderDecoderCache(StaticCache(...), StaticCache(...))`, as `cache_implementation="static"` builds it), whose
+    step is the one a compiled `generate` replays as a CUDA graph."""
     generator = torch.Generator().manual_seed(1)
     start = torch.full((batch["input_ids"].shape[0], 1), model.config.decoder_start_token_id)
     prefix = torch.randint(2, model.config.vocab_size - 1, (start.shape[0], prefill_tokens - 1), generator=generator)
@@ -267,10 +273,17 @@ def decoding_step(model, batch: dict, prefill_tokens: int) -> dict:
 
     def prefill():
         encoder_outputs = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        cache = None
+        if static:
+            cache = EncoderDecoderCache(
+                StaticCache(config=model.config, max_cache_len=prefill_tokens + 1),
+                StaticCache(config=model.config, max_cache_len=batch["input_ids"].shape[1]),
+            )
         output = model(
             encoder_outputs=encoder_outputs,
             attention_mask=batch["attention_mask"],
             decoder_input_ids=decoder_input_ids,
+            cache=cache,
             use_cache=True,
         )
         return encoder_outputs, output.cache, output.logits[:, -1:].argmax(-1)
@@ -301,10 +314,11 @@ def count_model(kind: str, name: str, size: dict, args) -> dict:
         if kind == "seq2seq":
             model.eval()
             entry["decoding_step"] = decoding_step(model, batch, args.prefill_tokens)
+            entry["static_decoding_step"] = decoding_step(model, batch, args.prefill_tokens, static=True)
     except Exception as error:  # one broken preset should not hide the others' counts
         common.progress(f"{kind} {name}: {type(error).__name__}: {error}")
         return {"error": f"{type(error).__name__}: {error}"}
-    steps = ", ".join(f"{step} {entry[step]['total']}" for step in ("training_step", "decoding_step") if step in entry)
+    steps = ", ".join(f"{step} {entry[step]['total']}" for step in STEPS if step in entry)
     common.progress(f"{kind} {name}: {steps}")
     return entry
 
@@ -349,7 +363,7 @@ def compare(models: dict, reference: str) -> None:
                 "differences": differences(entry[step]["operators"], models[reference][step]["operators"]),
                 "module_differences": module_differences(entry[step]["modules"], models[reference][step]["modules"]),
             }
-            for step in ("training_step", "decoding_step")
+            for step in STEPS
             if step in entry
         }
 
@@ -374,7 +388,7 @@ def main(argv=None):
         for name in ("base", reference):
             compare(models, name)
         for entry in models.values():  # each model's modules are kept as their differences from base's
-            for step in ("training_step", "decoding_step"):
+            for step in STEPS:
                 entry.get(step, {}).pop("modules", None)
         data[kind] = models
     print("\n".join(summarize.count_ops(data)))

@@ -142,16 +142,23 @@ def count_ops(data: dict) -> list[str]:
             + (f"+{settings['target_length']} tokens)" if decoding else " tokens)"),
             "",
             f"| model | training step | vs base | vs {reference} |"
-            + (f" decoding step | vs base | vs {reference} |" if decoding else "")
+            + (
+                f" decoding step | vs base | vs {reference} | static decoding step | vs base | vs {reference} |"
+                if decoding
+                else ""
+            )
             + " most different operators vs base (training step) |",
-            "|---|---|---|---|" + ("---|---|---|" if decoding else "") + "---|",
+            "|---|---|---|---|" + ("---|---|---|---|---|---|" if decoding else "") + "---|",
         ]
         for name, model in data[kind].items():
             if "error" in model:
                 lines.append(f"| {name} | {model['error']} |")
                 continue
             cells = [name]
-            for step in ("training_step", "decoding_step") if decoding else ("training_step",):
+            for step in ("training_step", "decoding_step", "static_decoding_step") if decoding else ("training_step",):
+                if step not in model:  # runs made before count_ops counted static steps
+                    cells += ["-", "-", "-"]
+                    continue
                 cells.append(str(model[step]["total"]))
                 for vs in ("base", reference):
                     comparison = model.get(f"vs_{vs}", {}).get(step)

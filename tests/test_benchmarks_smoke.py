@@ -416,7 +416,7 @@ def test_count_ops(tmp_path):
     assert list(seq2seq) == ["MarianMTModel", "base", "hc-sa", "hard-dec"]
     assert list(encoder) == ["BertModel", "base", "hc-sa"]  # hard-dec is a seq2seq preset only
     for models, reference, steps in (
-        (seq2seq, "MarianMTModel", ["training_step", "decoding_step"]),
+        (seq2seq, "MarianMTModel", ["training_step", "decoding_step", "static_decoding_step"]),
         (encoder, "BertModel", ["training_step"]),
     ):
         for model in models.values():
