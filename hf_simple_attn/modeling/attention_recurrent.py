@@ -188,8 +188,9 @@ def logit_attention(
     batch_size, num_heads, key_length, head_dim = value.shape
     width = query_width(key_length, head_dim, logits.shape[-1])
     # Positions first, as the projections lay the values out (one copy, under autocast the cast to the values' dtype):
-    # SDPA's CPU kernel lays its output out like its queries, so that the merge of the heads is then a view.
-    query = query_rows(logits, context)[..., :width].transpose(0, 1).to(value.dtype).contiguous()
+    # SDPA's CPU kernel lays its output out like its queries, so that the merge of the heads is then a view. The
+    # columns are cut before the rows are read, so that a static cache's step gathers its row already contiguous.
+    query = query_rows(logits[..., :width], context).transpose(0, 1).to(value.dtype).contiguous()
     query = query.transpose(0, 1).unsqueeze(0).expand(batch_size, -1, -1, -1)  # (batch, heads, q_len, width)
     key = identity_keys(key_length, width, value).expand(batch_size, num_heads, -1, -1)  # (batch, heads, k_len, width)
     # As `dot`: SDPA's own causal kernel when the queries are every position of an unpadded sequence.

@@ -162,14 +162,26 @@ class SimpleAttnStaticLayer(StaticLayer):
             )
         self.written += length
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        *args,
+        cache_position: torch.Tensor | None = None,
+        **kwargs,
+    ):
+        """Write the new positions in place. cache_position: their positions (query_len,), as the decoder made them
+        once for all its layers from the first layer's length (`static_positions`: every layer holds as many), so
+        that a layer does not make them again; else from this layer's length."""
         if self.beam_invariant:
             return self.fill(key_states, value_states)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         length = value_states.shape[-2]
         self.check_room(length)
-        positions = torch.arange(length, device=self.device) + self.cumulative_length
+        positions = cache_position
+        if positions is None:
+            positions = torch.arange(length, device=self.device) + self.cumulative_length
         self.cumulative_length.add_(length)
         self.values.index_copy_(2, positions, value_states)
         if self.keys.shape[1]:

@@ -130,7 +130,8 @@ class SimpleAttnMarianDecoderLayer(SimpleAttnMarianLayer):
         elif cache is not None:
             # No self-attention here: cache empty states so the cache still counts the positions.
             empty = hidden_states[:, None, :, :0][:, :0]  # (batch, 0, q_len, 0): a view, nothing allocated
-            cache.self_attention_cache.update(empty, empty, self.layer_idx)
+            positions = {"cache_position": self_context.query_positions} if self_context.query_start is None else {}
+            cache.self_attention_cache.update(empty, empty, self.layer_idx, **positions)
         if self.encoder_attn is not None:
             residual = hidden_states
             hidden_states, cross_weights = self.encoder_attn(
