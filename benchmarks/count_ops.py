@@ -351,7 +351,8 @@ def module_differences(modules: dict, reference: dict) -> list[dict]:
 
 
 def compare(models: dict, reference: str) -> None:
-    """Add each model's ratio to `reference` and its largest operator and module differences, for each step."""
+    """Add each model's ratio to `reference` and its largest operator differences (and, against base, module
+    differences), for each step."""
     if "error" in models.get(reference, {"error": None}):
         return
     for entry in models.values():
@@ -361,11 +362,15 @@ def compare(models: dict, reference: str) -> None:
             step: {
                 "ratio": entry[step]["total"] / models[reference][step]["total"],
                 "differences": differences(entry[step]["operators"], models[reference][step]["operators"]),
-                "module_differences": module_differences(entry[step]["modules"], models[reference][step]["modules"]),
             }
             for step in STEPS
             if step in entry
         }
+        if reference == "base":  # transformers' models name their modules otherwise
+            for step, comparison in entry["vs_base"].items():
+                comparison["module_differences"] = module_differences(
+                    entry[step]["modules"], models["base"][step]["modules"]
+                )
 
 
 def model_names(kind: str, presets: list[str] | None) -> list[str]:
