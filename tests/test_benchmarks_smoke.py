@@ -440,6 +440,8 @@ def test_count_ops(tmp_path):
     modules = recount.pop("modules").values()  # every operator counted for one module
     assert sum(count["forward"] + count["backward"] for count in modules) == recount["total"]
     assert recount == seq2seq["MarianMTModel"]["training_step"]
+    # Naming the modules (hooks on each) changes nothing that runs.
+    assert count_ops.count_operators(lambda: count_ops.training_step(marian, batch)) == recount
     assert "targets" not in data  # a diagnostic: the GPU figures decide
     # hard-dec differs from base in its decoder's attention heads only
     changed = {row["module"] for row in seq2seq["hard-dec"]["vs_base"]["training_step"]["module_differences"]}
