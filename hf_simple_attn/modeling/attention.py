@@ -178,9 +178,8 @@ class SimpleAttention(AttentionProjections):
             )
         else:
             self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-            # A static cache's positions (held on the device) are the step's query positions, made once a step.
-            positions = {"cache_position": context.query_positions} if context.query_start is None else {}
-            key, value = self_cache.update(*self.project_keys_values(hidden_states), self.layer_idx, **positions)
+            projected = self.project_keys_values(hidden_states)
+            key, value = self_cache.update(*projected, self.layer_idx, **context.cache_update_kwargs())
             context = dataclasses.replace(context, decoding_state=self_cache.layers[self.layer_idx].states)
 
         output, weights = self.heads(query, key, value, context, output_attentions)

@@ -144,6 +144,11 @@ class AttentionContext:
             tensor = self.shared_tensors[key] = build()
         return tensor
 
+    def cache_update_kwargs(self) -> dict:
+        """Keywords of a self-attention cache layer's `update`: with a static cache, the step's positions, made once for
+        all layers (`SimpleAttnStaticLayer.update` writes there); none for a growing cache."""
+        return {"cache_position": self.query_positions} if self.query_start is None else {}
+
     def sees_every_key(self) -> bool:
         """Whether every query may see every key, so that no mask is needed: no attention mask was given and the
         queries are not causal, or there is a single (last) query, as in a cached decoding step (not with a static

@@ -130,8 +130,7 @@ class SimpleAttnMarianDecoderLayer(SimpleAttnMarianLayer):
         elif cache is not None:
             # No self-attention here: cache empty states so the cache still counts the positions.
             empty = hidden_states[:, None, :, :0][:, :0]  # (batch, 0, q_len, 0): a view, nothing allocated
-            positions = {"cache_position": self_context.query_positions} if self_context.query_start is None else {}
-            cache.self_attention_cache.update(empty, empty, self.layer_idx, **positions)
+            cache.self_attention_cache.update(empty, empty, self.layer_idx, **self_context.cache_update_kwargs())
         if self.encoder_attn is not None:
             residual = hidden_states
             hidden_states, cross_weights = self.encoder_attn(
