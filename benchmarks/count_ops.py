@@ -100,6 +100,7 @@ def parse_args(argv=None):
 # Operators that launch nothing although `OpOverload.is_view` is False: `detach`, and `_unsafe_view`, the reshape
 # `matmul` and `linear` return (a view of its input's storage, marked a new tensor for autograd's sake).
 UNCOUNTED = (torch.ops.aten.detach, torch.ops.aten._unsafe_view)
+NO_OPERATORS = {"forward": 0, "backward": 0}  # a module's count in a pass where it ran none
 
 
 class ModuleNames:
@@ -108,9 +109,9 @@ class ModuleNames:
     indices left out (`model.decoder.layers.encoder_attn.heads.groups`), so that a layer's share sums over layers.
 
     Each module's forward hooks name the autograd nodes made since the last hook: its pre-hook those of its inputs
-    (the enclosing module's work), its post-hook those of its outputs not named by an inner module. The output
-    modules in `unhooked` get no hooks, and their operators count as the enclosing module's: our models' output
-    embeddings must stay without hooks, or the models compute their loss from full logits rather than in chunks."""
+    (the enclosing module's work), its post-hook those of its outputs not named by an inner module. Modules in
+    `unhooked` get no hooks, and their operators count as the enclosing module's: our models' output embeddings
+    must stay without hooks, or the models compute their loss from full logits rather than in chunks."""
 
     TOP = "(the model)"  # operators of the model's own forward, outside its submodules (the loss, masks)
     ACCUMULATION = "(gradient accumulation)"
@@ -182,7 +183,7 @@ class OperatorCounter(TorchDispatchMode):
         """{module: {"forward": n, "backward": n}}, most operators first."""
         modules = {}
         for (module, direction), count in sorted(self.module_counts.items(), key=lambda item: -item[1]):
-            modules.setdefault(module, {"forward": 0, "backward": 0})[direction] = count
+            modules.setdefault(module, dict(NO_OPERATORS))[direction] = count
         return modules
 
 
@@ -340,11 +341,8 @@ def module_differences(modules: dict, reference: dict) -> list[dict]:
     """The modules whose operators (forward + backward) differ most from the reference's, largest difference first."""
     rows = []
     for name in set(modules) | set(reference):
-        count, base = (
-            modules.get(name, {"forward": 0, "backward": 0}),
-            reference.get(name, {"forward": 0, "backward": 0}),
-        )
-        difference = {direction: count[direction] - base[direction] for direction in ("forward", "backward")}
+        count, base = modules.get(name, NO_OPERATORS), reference.get(name, NO_OPERATORS)
+        difference = {direction: count[direction] - base[direction] for direction in NO_OPERATORS}
         if any(difference.values()):
             rows.append({"module": name, **count, "difference": difference})
     return sorted(rows, key=lambda row: (-abs(sum(row["difference"].values())), row["module"]))[:TOP_DIFFERENCES]
